@@ -1,0 +1,190 @@
+"""`ReplayProcessor` and `ReplayLogProcessor`: GenAI telemetry into the store, off the hot path.
+
+`on_end` runs on the service's thread. It looks for a few marker attributes, appends the span
+to a bounded queue and returns: no serialization, no hashing, no I/O, no lock, no logging.
+The writer thread does the rest. Nothing raised in here reaches the service.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import weakref
+from pathlib import Path
+
+from opentelemetry.context import Context
+from opentelemetry.sdk._logs import LogRecordProcessor
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+
+from otel_replay.capture.queue import SpanQueue
+from otel_replay.capture.writer import CaptureWriter
+from otel_replay.normalize.content import CONTENT_EVENTS
+from otel_replay.store.layout import default_root
+
+# A span is captured when it carries one of these keys (GenAI semconv, OpenInference, OpenLLMetry,
+# Langfuse), or when it is a root span (kept only if its trace had such spans).
+MARKERS = frozenset(
+    {
+        "gen_ai.operation.name",
+        "gen_ai.system",
+        "gen_ai.provider.name",
+        "gen_ai.request.model",
+        "gen_ai.tool.name",
+        "gen_ai.agent.name",
+        "openinference.span.kind",
+        "llm.request.type",
+        "traceloop.span.kind",
+        "langfuse.observation.type",
+    }
+)
+_PAYLOAD_KEYS = ("gen_ai.input.messages", "gen_ai.output.messages", "input.value", "output.value",
+                 "gen_ai.tool.call.result", "langfuse.observation.input", "langfuse.observation.output")
+_SPAN_OVERHEAD = 512
+_ATTRIBUTE_OVERHEAD = 64
+
+
+def _attribute_dict(span: ReadableSpan) -> dict:
+    attrs = span._attributes  # noqa: SLF001 - BoundedAttributes; its _dict avoids Mapping overhead
+    if attrs is None:
+        return {}
+    return getattr(attrs, "_dict", attrs)
+
+
+def is_marked(span: ReadableSpan) -> bool:
+    """Whether a span carries a GenAI marker attribute."""
+    return not MARKERS.isdisjoint(_attribute_dict(span))
+
+
+class ReplayProcessor(SpanProcessor):
+    """Captures GenAI spans (and the root span of their trace) into an otel-replay store.
+
+    :param store: store directory; default `$OTEL_REPLAY_STORE` or `./otel-replay-store`.
+    :param max_queue_spans: spans waiting for the writer before new ones are dropped (and counted).
+    :param max_queue_bytes: estimated payload bytes waiting before new spans are dropped.
+    :param flush_interval_s: the writer writes a segment at least this often while spans arrive.
+    :param flush_rows: ... and whenever this many spans are waiting to be written.
+    """
+
+    def __init__(self, store: str | Path | None = None, *, max_queue_spans: int = 50_000,
+                 max_queue_bytes: int = 256 * 1024 * 1024, flush_interval_s: float = 2.0,
+                 flush_rows: int = 20_000) -> None:
+        if max_queue_spans <= 0 or max_queue_bytes <= 0:
+            raise ValueError("max_queue_spans and max_queue_bytes must be positive")
+        if flush_interval_s <= 0 or flush_rows <= 0:
+            raise ValueError("flush_interval_s and flush_rows must be positive")
+        self.store = Path(store) if store is not None else default_root()
+        self._options = (max_queue_spans, max_queue_bytes, flush_interval_s, flush_rows)
+        self._shutdown = False
+        self.internal_errors = 0
+        self._start_writer()
+        self._wake_at = min(2000, max_queue_spans // 2 or 1)
+        self._pid = os.getpid()
+        if hasattr(os, "register_at_fork"):
+            weak_reinit = weakref.WeakMethod(self._after_fork)
+            os.register_at_fork(after_in_child=lambda: (m := weak_reinit()) and m())
+
+    def _start_writer(self) -> None:
+        max_spans, max_bytes, interval, rows = self._options
+        self._queue = SpanQueue(max_spans, max_bytes)
+        self._writer = CaptureWriter(self.store, self._queue, flush_interval_s=interval, flush_rows=rows,
+                                     is_marked=is_marked)
+        self._writer.start()
+
+    def _after_fork(self) -> None:
+        """The child gets its own queue and writer thread; spans of the parent stay with the parent."""
+        self._pid = os.getpid()
+        self._start_writer()
+
+    # -- the hot path --------------------------------------------------------------------------
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        return None
+
+    def on_end(self, span: ReadableSpan) -> None:
+        try:
+            if self._shutdown:
+                return
+            attrs = _attribute_dict(span)
+            if MARKERS.isdisjoint(attrs) and span._parent is not None and not span._parent.is_remote:  # noqa: SLF001
+                return
+            size = _SPAN_OVERHEAD + _ATTRIBUTE_OVERHEAD * len(attrs)
+            for key in _PAYLOAD_KEYS:
+                value = attrs.get(key)
+                if value is not None and value.__class__ is str:
+                    size += len(value)
+            self._queue.offer(span, size)
+            if len(self._queue) >= self._wake_at:
+                self._writer.wake.set()
+        except Exception:  # noqa: BLE001 - never reach the service
+            self.internal_errors += 1
+
+    def enqueue_log(self, record: object, size: int) -> None:
+        try:
+            if not self._shutdown:
+                self._queue.offer(record, size)
+        except Exception:  # noqa: BLE001
+            self.internal_errors += 1
+
+    # -- counters ------------------------------------------------------------------------------
+    @property
+    def dropped(self) -> int:
+        """Spans and log events refused because the queue was full."""
+        return self._queue.dropped
+
+    @property
+    def stats(self) -> dict[str, object]:
+        return {
+            "accepted": self._writer.accepted,
+            "written_spans": self._writer.written_spans,
+            "dropped_queue_full": self._queue.dropped,
+            "queued": len(self._queue),
+            "queued_bytes": self._queue.queued_bytes,
+            "skipped": dict(self._writer.skipped),
+            "internal_errors": self.internal_errors,
+        }
+
+    # -- flush and shutdown --------------------------------------------------------------------
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Write everything queued before this call; False if that took longer than the timeout."""
+        if self._shutdown or not self._writer.thread.is_alive():
+            return not len(self._queue)
+        return self._writer.request_flush().wait(max(timeout_millis, 0) / 1000)
+
+    def shutdown(self, timeout_millis: int = 30_000) -> None:
+        """Stop accepting spans, write what was accepted, stop the writer, within the timeout."""
+        if self._shutdown:
+            return
+        deadline = time.monotonic() + max(timeout_millis, 0) / 1000
+        self._shutdown = True
+        self._writer.stop()
+        self._writer.thread.join(max(deadline - time.monotonic(), 0))
+
+
+class ReplayLogProcessor(LogRecordProcessor):
+    """Feeds GenAI content log events to a `ReplayProcessor`, which joins them to their spans.
+
+    Register it on the `LoggerProvider`: ``logger_provider.add_log_record_processor(ReplayLogProcessor(processor))``.
+    """
+
+    def __init__(self, processor: ReplayProcessor) -> None:
+        self.processor = processor
+
+    def on_emit(self, log_record: object) -> None:
+        try:
+            record = getattr(log_record, "log_record", log_record)
+            name = getattr(record, "event_name", None)
+            if name is None:
+                name = (getattr(record, "attributes", None) or {}).get("event.name")
+            if name in CONTENT_EVENTS:
+                self.processor.enqueue_log(log_record, _SPAN_OVERHEAD)
+        except Exception:  # noqa: BLE001
+            self.processor.internal_errors += 1
+
+    emit = on_emit  # SDKs before 1.39 call emit(log_data)
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.processor.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        return None
+
+

@@ -1,0 +1,50 @@
+"""The bounded hand-off between the service's threads and the capture writer.
+
+Bounded by count and by an estimate of bytes. Producer and consumer each own one counter
+(`bytes_in`, `bytes_out`), so neither takes a lock; the difference is the bytes queued.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+
+class SpanQueue:
+    __slots__ = ("_items", "max_items", "max_bytes", "bytes_in", "bytes_out", "dropped")
+
+    def __init__(self, max_items: int, max_bytes: int) -> None:
+        self._items: collections.deque[tuple[Any, int]] = collections.deque()
+        self.max_items = max_items
+        self.max_bytes = max_bytes
+        self.bytes_in = 0
+        self.bytes_out = 0
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def offer(self, item: Any, size: int) -> bool:
+        """Append unless full; a refused item is counted, never logged."""
+        if len(self._items) >= self.max_items or self.bytes_in - self.bytes_out + size > self.max_bytes:
+            self.dropped += 1
+            return False
+        self._items.append((item, size))
+        self.bytes_in += size
+        return True
+
+    def take(self, limit: int) -> list[Any]:
+        """Pop up to `limit` items (consumer side only)."""
+        out = []
+        popleft = self._items.popleft
+        freed = 0
+        for _ in range(min(limit, len(self._items))):
+            item, size = popleft()
+            freed += size
+            out.append(item)
+        self.bytes_out += freed
+        return out
+
+    @property
+    def queued_bytes(self) -> int:
+        return self.bytes_in - self.bytes_out

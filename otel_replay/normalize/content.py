@@ -1,0 +1,115 @@
+"""Where GenAI payloads travel besides a convention's own attributes: log events.
+
+Two carriers, both read by several conventions: the current `gen_ai.client.inference.operation.details`
+event (structured messages, the same names as the span attributes) and the semconv 1.30
+per-message events (`gen_ai.user.message`, `gen_ai.choice`, ...), whose bodies use the OpenAI
+wire shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from otel_replay.normalize.messages import (
+    canonical_messages,
+    canonical_system,
+    canonical_tool_definitions,
+    finish_reason_of,
+    from_openai_message,
+    parse_json,
+)
+from otel_replay.normalize.records import LogEvent, SpanRecord
+from otel_replay.normalize.step import StepContent
+
+DETAILS_EVENT = "gen_ai.client.inference.operation.details"
+MESSAGE_EVENTS = {
+    "gen_ai.system.message": "system",
+    "gen_ai.user.message": "user",
+    "gen_ai.assistant.message": "assistant",
+    "gen_ai.tool.message": "tool",
+}
+CHOICE_EVENT = "gen_ai.choice"
+CONTENT_EVENTS = frozenset({DETAILS_EVENT, CHOICE_EVENT, *MESSAGE_EVENTS})
+PAYLOAD_ATTRIBUTES = frozenset(
+    {
+        "gen_ai.input.messages",
+        "gen_ai.output.messages",
+        "gen_ai.system_instructions",
+        "gen_ai.tool.definitions",
+        "gen_ai.tool.call.arguments",
+        "gen_ai.tool.call.result",
+    }
+)
+
+
+def from_semconv_attributes(attrs: Mapping[str, Any]) -> tuple[StepContent, list[str]]:
+    """Content from `gen_ai.input.messages` & co. (JSON strings on spans, structured in events)."""
+    raw_out = parse_json(attrs.get("gen_ai.output.messages"))
+    content = StepContent(
+        inputs=canonical_messages(parse_json(attrs.get("gen_ai.input.messages"))),
+        outputs=canonical_messages(raw_out),
+        system=canonical_system(parse_json(attrs.get("gen_ai.system_instructions"))),
+        tools=canonical_tool_definitions(parse_json(attrs.get("gen_ai.tool.definitions"))),
+    )
+    return content, finish_reason_of(raw_out)
+
+
+def from_details_event(span: SpanRecord, logs: Sequence[LogEvent]) -> tuple[StepContent, list[str]] | None:
+    """Content from the operation-details event, as a log record or as a span event."""
+    for log in logs:
+        if log.event_name == DETAILS_EVENT:
+            return from_semconv_attributes(log.attributes)
+    for event in span.events:
+        if event.name == DETAILS_EVENT:
+            return from_semconv_attributes(event.attributes)
+    return None
+
+
+def _choice_message(body: Mapping[str, Any]) -> dict[str, Any]:
+    message = dict(body.get("message") or {})
+    message.setdefault("role", "assistant")
+    if "tool_calls" not in message and body.get("tool_calls"):
+        message["tool_calls"] = body["tool_calls"]
+    return message
+
+
+def from_message_events(logs: Sequence[LogEvent]) -> tuple[StepContent, list[str]] | None:
+    """Content from semconv 1.30 per-message events, in emission order."""
+    inputs: list[dict[str, Any]] = []
+    outputs: list[dict[str, Any]] = []
+    finish: list[str] = []
+    pending_call_ids: list[str] = []
+    for log in logs:
+        body = log.body if isinstance(log.body, Mapping) else {"content": log.body}
+        role = MESSAGE_EVENTS.get(log.event_name or "")
+        if role is not None:
+            wire = dict(body)
+            wire["role"] = role
+            if role == "assistant":
+                pending_call_ids = [c.get("id") for c in wire.get("tool_calls") or [] if isinstance(c, Mapping)]
+            if role == "tool":
+                call_id = wire.pop("id", None) or (pending_call_ids.pop(0) if pending_call_ids else None)
+                wire["tool_call_id"] = call_id
+            inputs.append(from_openai_message(wire))
+        elif log.event_name == CHOICE_EVENT:
+            outputs.append(from_openai_message(_choice_message(body)))
+            if body.get("finish_reason") is not None:
+                finish.append(str(body["finish_reason"]))
+    if not inputs and not outputs:
+        return None
+    return StepContent(inputs=inputs, outputs=outputs), finish
+
+
+def merge(primary: StepContent, fallback: StepContent) -> StepContent:
+    """Fill the parts `primary` lacks from `fallback`."""
+    return StepContent(
+        inputs=primary.inputs or fallback.inputs,
+        outputs=primary.outputs or fallback.outputs,
+        system=primary.system or fallback.system,
+        tools=primary.tools or fallback.tools,
+    )
+
+
+def content_from_logs(span: SpanRecord, logs: Sequence[LogEvent]) -> tuple[StepContent, list[str]] | None:
+    return from_details_event(span, logs) or from_message_events(logs)

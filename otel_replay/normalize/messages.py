@@ -1,0 +1,198 @@
+"""Canonical GenAI messages (semconv role + parts), their canonical bytes and content address.
+
+Every convention converts to this one shape so a history, a tool result or an answer hashes the
+same whichever instrumentation recorded it. Canonical form: keys sorted, no null values,
+`finish_reason` kept on the step rather than the message (so an answer and the same message
+resent in a later history share one hash), tool-call arguments parsed from JSON when they are
+JSON, and empty text parts beside other parts dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import xxhash
+
+Message = dict[str, Any]
+Part = dict[str, Any]
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """The bytes that are stored and hashed for a JSON value (invalid UTF-8 replaced)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8", "replace")
+
+
+def content_hash(data: bytes) -> str:
+    return xxhash.xxh3_128_hexdigest(data)
+
+
+def parse_json(value: Any) -> Any:
+    """Parse a JSON string; anything else (or invalid JSON) is returned unchanged."""
+    if isinstance(value, (str, bytes)):
+        try:
+            return json.loads(value)
+        except (ValueError, RecursionError):
+            return value
+    return value
+
+
+def _drop_nulls(mapping: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in mapping.items() if v is not None}
+
+
+def canonical_part(part: Any) -> Part:
+    if not isinstance(part, Mapping):
+        return {"type": "text", "content": "" if part is None else str(part)}
+    out = _drop_nulls(part)
+    ptype = out.get("type")
+    if ptype == "text" and "content" not in out and "text" in out:
+        out["content"] = out.pop("text")
+    if ptype == "tool_call" and isinstance(out.get("arguments"), str):
+        out["arguments"] = parse_json(out["arguments"])
+    return out
+
+
+def canonical_message(message: Any) -> Message:
+    """Canonicalize a message already in (or close to) the semconv parts shape."""
+    if not isinstance(message, Mapping):
+        return {"role": "user", "parts": [canonical_part(message)]}
+    if "parts" not in message:
+        return from_openai_message(message)
+    parts = [canonical_part(p) for p in (message.get("parts") or [])]
+    if len(parts) > 1:
+        parts = [p for p in parts if not (p.get("type") == "text" and p.get("content") == "")]
+    out: Message = {"role": str(message.get("role") or "user"), "parts": parts}
+    if message.get("name") is not None:
+        out["name"] = message["name"]
+    return out
+
+
+def canonical_messages(messages: Any) -> list[Message]:
+    if messages is None:
+        return []
+    if isinstance(messages, Mapping):
+        messages = [messages]
+    if not isinstance(messages, list):
+        raise ValueError(f"expected a list of messages, got {type(messages).__name__}")
+    return [canonical_message(m) for m in messages]
+
+
+def finish_reason_of(messages: Any) -> list[str]:
+    if not isinstance(messages, list):
+        return []
+    return [
+        str(m["finish_reason"])
+        for m in messages
+        if isinstance(m, Mapping) and m.get("finish_reason") is not None
+    ]
+
+
+def _openai_content_parts(content: Any) -> list[Part]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "content": content}]
+    if isinstance(content, list):
+        parts: list[Part] = []
+        for item in content:
+            if isinstance(item, Mapping) and item.get("type") == "text":
+                parts.append({"type": "text", "content": item.get("text", "")})
+            elif isinstance(item, str):
+                parts.append({"type": "text", "content": item})
+            elif isinstance(item, Mapping):
+                parts.append(_drop_nulls(item))
+        return parts
+    return [{"type": "text", "content": str(content)}]
+
+
+def openai_tool_call_part(call: Mapping[str, Any]) -> Part:
+    function = call.get("function") or {}
+    part: Part = {
+        "type": "tool_call",
+        "id": call.get("id"),
+        "name": function.get("name", call.get("name")),
+        "arguments": parse_json(function.get("arguments", call.get("arguments", call.get("args")))),
+    }
+    return _drop_nulls(part)
+
+
+def from_openai_message(message: Mapping[str, Any]) -> Message:
+    """An OpenAI chat-completions wire message as a canonical message."""
+    role = str(message.get("role") or "user")
+    if role == "tool":
+        part: Part = {
+            "type": "tool_call_response",
+            "id": message.get("tool_call_id") or message.get("id"),
+            "response": message.get("content"),
+        }
+        return {"role": "tool", "parts": [_drop_nulls(part)]}
+    parts = _openai_content_parts(message.get("content"))
+    parts += [openai_tool_call_part(c) for c in message.get("tool_calls") or [] if isinstance(c, Mapping)]
+    if len(parts) > 1:
+        parts = [p for p in parts if not (p.get("type") == "text" and p.get("content") == "")]
+    out: Message = {"role": role, "parts": parts}
+    if message.get("name") is not None:
+        out["name"] = message["name"]
+    return out
+
+
+def canonical_tool_definitions(tools: Any) -> list[dict[str, Any]]:
+    """Tool definitions flattened to {type, name, description, parameters}."""
+    if tools is None:
+        return []
+    if isinstance(tools, Mapping):
+        tools = [tools]
+    if not isinstance(tools, list):
+        raise ValueError(f"expected a list of tool definitions, got {type(tools).__name__}")
+    out = []
+    for tool in tools:
+        tool = parse_json(tool)
+        if not isinstance(tool, Mapping):
+            continue
+        inner = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+        params = inner.get("parameters", inner.get("input_schema"))
+        out.append(
+            _drop_nulls(
+                {
+                    "type": tool.get("type") or "function",
+                    "name": inner.get("name"),
+                    "description": inner.get("description"),
+                    "parameters": parse_json(params),
+                }
+            )
+        )
+    return out
+
+
+def canonical_system(system: Any) -> list[Part]:
+    """System instructions as a list of parts."""
+    if system is None:
+        return []
+    if isinstance(system, str):
+        return [{"type": "text", "content": system}]
+    if isinstance(system, Mapping):
+        system = [system]
+    if not isinstance(system, list):
+        return [{"type": "text", "content": str(system)}]
+    return [canonical_part(p) for p in system]
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """The text parts of a message, joined (what a verifier reads)."""
+    return "".join(
+        str(p.get("content", ""))
+        for p in message.get("parts", [])
+        if isinstance(p, Mapping) and p.get("type") == "text"
+    )
+
+
+def tool_calls(messages: Iterable[Mapping[str, Any]]) -> list[Part]:
+    return [
+        p
+        for m in messages
+        for p in m.get("parts", [])
+        if isinstance(p, Mapping) and p.get("type") == "tool_call"
+    ]

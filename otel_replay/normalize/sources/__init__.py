@@ -1,0 +1,1 @@
+"""Readers that turn each source format into `SpanRecord`s and `LogEvent`s."""

@@ -1,0 +1,77 @@
+"""Live OpenTelemetry SDK objects (`ReadableSpan`, `ReadWriteLogRecord`) as records.
+
+Runs on the capture writer thread, never on the service's thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
+
+from otel_replay.normalize.records import LogEvent, SpanEvent, SpanRecord
+
+_STATUS = {StatusCode.UNSET: "unset", StatusCode.OK: "ok", StatusCode.ERROR: "error"}
+
+
+def plain(value: Any) -> Any:
+    """Attribute values as JSON-ready Python values (tuples become lists)."""
+    if isinstance(value, (tuple, list)):
+        return [plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value
+
+
+def plain_attributes(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
+    return {} if not attrs else {str(k): plain(v) for k, v in attrs.items()}
+
+
+def span_from_sdk(span: ReadableSpan) -> SpanRecord:
+    ctx = span.context
+    parent = span.parent
+    scope = span.instrumentation_scope
+    status = span.status
+    return SpanRecord(
+        trace_id=format(ctx.trace_id, "032x"),
+        span_id=format(ctx.span_id, "016x"),
+        parent_span_id=format(parent.span_id, "016x") if parent is not None else None,
+        name=span.name,
+        kind=span.kind.name,
+        start_ns=span.start_time,
+        end_ns=span.end_time,
+        status_code=_STATUS.get(status.status_code, "unset"),
+        status_message=status.description,
+        attributes=plain_attributes(span.attributes),
+        events=[SpanEvent(e.name, e.timestamp, plain_attributes(e.attributes)) for e in span.events],
+        links=[
+            {
+                "trace_id": format(link.context.trace_id, "032x"),
+                "span_id": format(link.context.span_id, "016x"),
+                "attributes": plain_attributes(link.attributes),
+            }
+            for link in span.links
+        ],
+        resource=plain_attributes(span.resource.attributes) if span.resource else {},
+        scope_name=scope.name if scope else None,
+        scope_version=scope.version if scope else None,
+    )
+
+
+def log_from_sdk(record: Any) -> LogEvent:
+    """A `ReadWriteLogRecord` (SDK >= 1.39) or a bare API `LogRecord`."""
+    log = getattr(record, "log_record", record)
+    trace_id = getattr(log, "trace_id", None)
+    span_id = getattr(log, "span_id", None)
+    return LogEvent(
+        event_name=getattr(log, "event_name", None) or (log.attributes or {}).get("event.name"),
+        trace_id=format(trace_id, "032x") if trace_id else None,
+        span_id=format(span_id, "016x") if span_id else None,
+        time_ns=getattr(log, "timestamp", None) or getattr(log, "observed_timestamp", None),
+        body=plain(log.body),
+        attributes=plain_attributes(log.attributes),
+    )

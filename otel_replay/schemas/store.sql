@@ -1,0 +1,82 @@
+-- otel-replay store: the Parquet segment schemas. This file is the single declaration of every
+-- stored table and column; otel_replay.store.schema builds the Arrow schemas from it and
+-- tests/test_schema.py checks code and schema agree. `day` is the hive partition column
+-- (directory day=YYYY-MM-DD) and is not stored inside the files.
+
+-- One row per captured span (GenAI spans and the ancestors a trajectory needs). Payload
+-- attributes are not repeated here: they live in `messages`, addressed from `step_rows`.
+CREATE TABLE span_rows (
+    trace_id          VARCHAR NOT NULL,  -- 32 lowercase hex
+    span_id           VARCHAR NOT NULL,  -- 16 lowercase hex
+    parent_span_id    VARCHAR,
+    name              VARCHAR NOT NULL,
+    span_kind         VARCHAR,           -- INTERNAL, CLIENT, SERVER, PRODUCER, CONSUMER
+    start_ns          BIGINT,
+    end_ns            BIGINT,
+    status_code       VARCHAR,           -- unset, ok, error
+    status_message    VARCHAR,
+    service_name      VARCHAR,
+    scope_name        VARCHAR,
+    scope_version     VARCHAR,
+    attributes        VARCHAR,           -- JSON object, payload attributes removed
+    events            VARCHAR,           -- JSON array of {name, time_ns, attributes}
+    links             VARCHAR,           -- JSON array of {trace_id, span_id, attributes}
+    resource          VARCHAR,           -- JSON object of resource attributes
+    source            VARCHAR NOT NULL,  -- capture, import:<format>, collect
+    ingested_ns       BIGINT NOT NULL
+);
+
+-- One row per step: the canonical, convention-independent view of a GenAI operation.
+CREATE TABLE step_rows (
+    trace_id          VARCHAR NOT NULL,
+    span_id           VARCHAR NOT NULL,
+    parent_span_id    VARCHAR,
+    kind              VARCHAR NOT NULL,  -- llm, tool, retrieval, embedding, agent
+    operation         VARCHAR,           -- chat, text_completion, execute_tool, invoke_agent, ...
+    name              VARCHAR NOT NULL,  -- tool name, agent name, or "<operation> <model>"
+    start_ns          BIGINT,
+    end_ns            BIGINT,
+    status            VARCHAR NOT NULL,  -- unset, ok, error
+    error_type        VARCHAR,
+    error_message     VARCHAR,
+    provider          VARCHAR,
+    request_model     VARCHAR,
+    response_model    VARCHAR,
+    input_tokens      BIGINT,
+    output_tokens     BIGINT,
+    agent_name        VARCHAR,
+    conversation_id   VARCHAR,
+    tool_name         VARCHAR,
+    tool_call_id      VARCHAR,
+    system_hash       VARCHAR,           -- messages.hash of the system instructions
+    tools_hash        VARCHAR,           -- messages.hash of the tool definitions
+    input_hashes      VARCHAR[],         -- messages.hash of each input message, in order
+    output_hashes     VARCHAR[],         -- messages.hash of each output message, in order
+    request_params    VARCHAR,           -- JSON object: temperature, max_tokens, seed, ...
+    finish_reasons    VARCHAR[],
+    has_payload       BOOLEAN NOT NULL,  -- false: observation-only (content was not captured)
+    convention        VARCHAR NOT NULL,  -- the adapter that produced the row
+    service_name      VARCHAR,
+    source            VARCHAR NOT NULL,
+    ingested_ns       BIGINT NOT NULL
+);
+
+-- Content-addressed payloads: each message (or system instructions, or tool definitions)
+-- stored once; `hash` is xxh3-128 of exactly the bytes in `body`.
+CREATE TABLE message_rows (
+    hash              VARCHAR NOT NULL,
+    kind              VARCHAR NOT NULL,  -- message, system, tools
+    role              VARCHAR,
+    body              VARCHAR NOT NULL   -- canonical JSON
+);
+
+-- Counters the capture pipeline reports (drops, skipped records) so `otel-replay` can show them.
+CREATE TABLE capture_stats (
+    pid               BIGINT NOT NULL,
+    host              VARCHAR,
+    written_ns        BIGINT NOT NULL,
+    accepted          BIGINT NOT NULL,
+    dropped_queue_full BIGINT NOT NULL,
+    skipped           BIGINT NOT NULL,
+    skip_reasons      VARCHAR            -- JSON object reason -> count
+);

@@ -1,0 +1,6 @@
+"""Store layer: Parquet segments on disk, DuckDB views over them, named SQL."""
+
+from otel_replay.store.catalog import Catalog, StoreError, UnknownTrace
+from otel_replay.store.layout import default_root
+
+__all__ = ["Catalog", "StoreError", "UnknownTrace", "default_root"]

@@ -1,0 +1,137 @@
+"""Normalized spans as stored rows: content addressing of payloads, JSON of attributes.
+
+Each payload is serialized once in canonical form; its hash is of exactly those bytes, and the
+same text is what `message_rows.body` stores.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from otel_replay.normalize.messages import canonical_bytes, content_hash
+from otel_replay.normalize.pipeline import NormalizedSpan
+from otel_replay.store.layout import day_of
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str).encode(
+        "utf-8", "replace"
+    ).decode("utf-8")
+
+
+def _text(value: str | None) -> str | None:
+    """Text that Arrow accepts: lone surrogates and other invalid UTF-8 replaced."""
+    if value is None:
+        return None
+    return value.encode("utf-8", "replace").decode("utf-8")
+
+
+@dataclass(slots=True)
+class RowBatch:
+    """Rows for one flush, grouped by table and day."""
+
+    spans: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    steps: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return sum(map(len, self.spans.values()))
+
+    def clear(self) -> None:
+        self.spans.clear()
+        self.steps.clear()
+        self.messages.clear()
+
+
+class RowBuilder:
+    """Turns normalized spans into rows, storing each distinct payload once per builder."""
+
+    def __init__(self, source: str, max_known_hashes: int = 500_000) -> None:
+        self.source = source
+        self._known: set[str] = set()
+        self._max_known = max_known_hashes
+
+    def _address(self, batch: RowBatch, kind: str, role: str | None, value: Any) -> str:
+        data = canonical_bytes(value)
+        digest = content_hash(data)
+        if digest not in self._known:
+            if len(self._known) >= self._max_known:
+                self._known.clear()
+            self._known.add(digest)
+            batch.messages.append({"hash": digest, "kind": kind, "role": role, "body": data.decode("utf-8")})
+        return digest
+
+    def add(self, batch: RowBatch, item: NormalizedSpan, ingested_ns: int | None = None) -> None:
+        now = ingested_ns or time.time_ns()
+        span = item.span
+        day = day_of(span.start_ns)
+        batch.spans.setdefault(day, []).append(
+            {
+                "trace_id": span.trace_id,
+                "span_id": span.span_id,
+                "parent_span_id": span.parent_span_id,
+                "name": _text(span.name),
+                "span_kind": span.kind,
+                "start_ns": span.start_ns,
+                "end_ns": span.end_ns,
+                "status_code": span.status_code,
+                "status_message": _text(span.status_message),
+                "service_name": _text(span.service_name),
+                "scope_name": _text(span.scope_name),
+                "scope_version": _text(span.scope_version),
+                "attributes": _json(item.attributes),
+                "events": _json([{"name": e.name, "time_ns": e.time_ns, "attributes": e.attributes} for e in span.events]),
+                "links": _json(span.links),
+                "resource": _json(span.resource),
+                "source": self.source,
+                "ingested_ns": now,
+            }
+        )
+        step = item.step
+        if step is None:
+            return
+        content = step.content
+        batch.steps.setdefault(day, []).append(
+            {
+                "trace_id": step.trace_id,
+                "span_id": step.span_id,
+                "parent_span_id": step.parent_span_id,
+                "kind": step.kind,
+                "operation": step.operation,
+                "name": _text(step.name),
+                "start_ns": step.start_ns,
+                "end_ns": step.end_ns,
+                "status": step.status,
+                "error_type": _text(step.error_type),
+                "error_message": _text(step.error_message),
+                "provider": _text(step.provider),
+                "request_model": _text(step.request_model),
+                "response_model": _text(step.response_model),
+                "input_tokens": step.input_tokens,
+                "output_tokens": step.output_tokens,
+                "agent_name": _text(step.agent_name),
+                "conversation_id": _text(step.conversation_id),
+                "tool_name": _text(step.tool_name),
+                "tool_call_id": _text(step.tool_call_id),
+                "system_hash": self._address(batch, "system", None, content.system) if content.system else None,
+                "tools_hash": self._address(batch, "tools", None, content.tools) if content.tools else None,
+                "input_hashes": [self._address(batch, "message", m.get("role"), m) for m in content.inputs],
+                "output_hashes": [self._address(batch, "message", m.get("role"), m) for m in content.outputs],
+                "request_params": _json(step.request_params) if step.request_params else None,
+                "finish_reasons": list(step.finish_reasons),
+                "has_payload": step.has_payload,
+                "convention": step.convention,
+                "service_name": _text(step.service_name),
+                "source": self.source,
+                "ingested_ns": now,
+            }
+        )
+
+    def add_all(self, batch: RowBatch, items: Iterable[NormalizedSpan]) -> None:
+        now = time.time_ns()
+        for item in items:
+            self.add(batch, item, now)

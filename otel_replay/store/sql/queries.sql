@@ -1,0 +1,38 @@
+-- Named queries the library runs. Values are always bound (?), never pasted in.
+
+-- name: list_traces
+SELECT trace_id, start, root_name, service_name, steps, llm_steps, tool_steps, status, tokens, duration_ms
+FROM traces
+WHERE (NOT ? OR status = 'error')
+  AND start_ns >= ?
+ORDER BY start_ns DESC
+LIMIT ?;
+
+-- name: trace_exists
+SELECT count(*) FROM spans WHERE trace_id = ?;
+
+-- name: trace_ids_with_prefix
+SELECT DISTINCT trace_id FROM spans WHERE starts_with(trace_id, ?) LIMIT 5;
+
+-- name: trajectory_steps
+SELECT * FROM steps WHERE trace_id = ? ORDER BY start_ns, span_id;
+
+-- name: trajectory_trace
+SELECT * FROM traces WHERE trace_id = ?;
+
+-- name: messages_by_hash
+SELECT hash, body FROM messages WHERE hash IN (SELECT unnest(?::VARCHAR[]));
+
+-- name: capture_totals
+SELECT coalesce(sum(accepted), 0), coalesce(sum(dropped_queue_full), 0), coalesce(sum(skipped), 0)
+FROM capture_health;
+
+-- name: table_counts
+SELECT
+    (SELECT count(*) FROM spans) AS spans,
+    (SELECT count(*) FROM steps) AS steps,
+    (SELECT count(*) FROM messages) AS messages,
+    (SELECT count(*) FROM traces) AS traces;
+
+-- name: trace_span_parents
+SELECT span_id, parent_span_id FROM spans WHERE trace_id = ?;

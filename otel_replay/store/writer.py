@@ -1,0 +1,42 @@
+"""Write a RowBatch as Parquet segments: messages first, then spans, then steps.
+
+That order means a reader that sees a step also sees the payloads it addresses, even if the
+process dies between two files.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from otel_replay.store.layout import day_of, write_segment
+from otel_replay.store.rows import RowBatch
+from otel_replay.store.schema import schema_of
+
+ARROW_CHUNK = 1000  # rows per Arrow conversion: short GIL holds while the service runs
+
+
+def to_arrow(rows: list[dict[str, Any]], table: str) -> pa.Table:
+    schema = schema_of(table)
+    chunks = [pa.Table.from_pylist(rows[i : i + ARROW_CHUNK], schema=schema) for i in range(0, len(rows), ARROW_CHUNK)]
+    return pa.concat_tables(chunks) if chunks else schema.empty_table()
+
+
+def write_batch(root: Path, batch: RowBatch) -> list[Path]:
+    """Write every table of the batch; returns the segment paths in write order."""
+    written: list[Path] = []
+    if batch.messages:
+        written.append(write_segment(root, "message_rows", day_of(None), to_arrow(batch.messages, "message_rows")))
+    for day, rows in sorted(batch.spans.items()):
+        written.append(write_segment(root, "span_rows", day, to_arrow(rows, "span_rows")))
+    for day, rows in sorted(batch.steps.items()):
+        written.append(write_segment(root, "step_rows", day, to_arrow(rows, "step_rows")))
+    return written
+
+
+def write_stats(root: Path, stats: dict[str, Any]) -> Path:
+    row = {"written_ns": time.time_ns(), **stats}
+    return write_segment(root, "capture_stats", day_of(None), to_arrow([row], "capture_stats"))
