@@ -14,7 +14,7 @@ import duckdb
 import pyarrow as pa
 
 from otel_replay.store import queries
-from otel_replay.store.layout import default_root, has_segments, table_glob
+from otel_replay.store.layout import STORE_ENV, default_root, has_segments, table_glob
 from otel_replay.store.schema import TABLES, schema_of
 
 
@@ -42,6 +42,10 @@ class Catalog:
 
     def connect(self) -> duckdb.DuckDBPyConnection:
         """A new in-memory connection with the views `spans`, `steps`, `messages`, `traces`."""
+        if not self.root.is_dir():
+            raise StoreError(
+                f"no store at {self.root}: point --store (or ${STORE_ENV}) at the directory ReplayProcessor writes to"
+            )
         con = duckdb.connect()
         try:
             for table in TABLES:

@@ -45,6 +45,24 @@ def _wire(entry: Any) -> dict[str, Any]:
     return message
 
 
+def _exact_tool_results(messages: list[dict[str, Any]], wire: list[dict[str, Any]]) -> None:
+    """Put back the tool result string that was sent where the GenAI attributes hold it parsed.
+
+    With `OPENINFERENCE_ENABLE_GENAI_SEMCONV=true`, `gen_ai.input.messages` carries a JSON tool
+    result as an object, while `llm.input_messages.{i}.message.content` keeps the exact string,
+    which is what every other convention stores.
+    """
+    sent = {
+        p["id"]: p["response"]
+        for m in wire for p in m.get("parts", [])
+        if p.get("type") == "tool_call_response" and p.get("id") is not None and isinstance(p.get("response"), str)
+    }
+    for m in messages:
+        for p in m.get("parts", []):
+            if p.get("type") == "tool_call_response" and not isinstance(p.get("response"), str) and p.get("id") in sent:
+                p["response"] = sent[p["id"]]
+
+
 class OpenInference:
     name = "openinference"
 
@@ -93,6 +111,7 @@ class OpenInference:
                  if isinstance(t, Mapping)]
             ),
         )
+        _exact_tool_results(semconv.inputs, indexed.inputs)
         step.content = carriers.merge(semconv, indexed)
         reason = attrs.get("llm.finish_reason")
         step.finish_reasons = finish or ([str(reason)] if reason is not None else [])

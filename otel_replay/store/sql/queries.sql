@@ -36,3 +36,30 @@ SELECT
 
 -- name: trace_span_parents
 SELECT span_id, parent_span_id FROM spans WHERE trace_id = ?;
+
+-- name: compact_spans
+-- Input: view `segment_input` over one day's span_rows segments. Newest copy of each span, by trace.
+SELECT * EXCLUDE (rn) FROM (
+    SELECT *, row_number() OVER (PARTITION BY trace_id, span_id ORDER BY ingested_ns DESC) AS rn
+    FROM segment_input
+) WHERE rn = 1
+ORDER BY trace_id, start_ns, span_id;
+
+-- name: compact_steps
+SELECT * EXCLUDE (rn) FROM (
+    SELECT *, row_number() OVER (PARTITION BY trace_id, span_id ORDER BY ingested_ns DESC) AS rn
+    FROM segment_input
+) WHERE rn = 1
+ORDER BY trace_id, start_ns, span_id;
+
+-- name: compact_messages
+SELECT hash, any_value(kind) AS kind, any_value(role) AS role, any_value(body) AS body
+FROM segment_input
+GROUP BY hash
+ORDER BY hash;
+
+-- name: compact_stats
+SELECT * FROM segment_input ORDER BY written_ns;
+
+-- name: capture_health_rows
+SELECT host, pid, written_ns, accepted, dropped_queue_full, skipped, skip_reasons FROM capture_health ORDER BY host, pid;

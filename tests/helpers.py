@@ -1,0 +1,43 @@
+"""Small helpers shared by the tests (real components only; nothing here fakes the library)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+FIXTURES = SHARED / "fixtures"
+
+
+def provider_with(processor, service: str = "test-service") -> TracerProvider:
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider.add_span_processor(processor)
+    return provider
+
+
+def chat_attributes(user: str = "hi", answer: str = "hello", model: str = "m") -> dict[str, object]:
+    return {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": model,
+        "gen_ai.input.messages": json.dumps([{"role": "user", "parts": [{"type": "text", "content": user}]}]),
+        "gen_ai.output.messages": json.dumps(
+            [{"role": "assistant", "parts": [{"type": "text", "content": answer}], "finish_reason": "stop"}]
+        ),
+    }
+
+
+def run_module(module: str, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> str:
+    """Run `python -m module args` from the repo root; returns stdout, raises on failure."""
+    merged = {**os.environ, **(env or {})}
+    done = subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=merged,
+                          capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise AssertionError(f"{module} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+    return done.stdout
