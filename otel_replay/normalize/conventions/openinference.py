@@ -52,15 +52,14 @@ def _exact_tool_results(messages: list[dict[str, Any]], wire: list[dict[str, Any
     result as an object, while `llm.input_messages.{i}.message.content` keeps the exact string,
     which is what every other convention stores.
     """
-    sent = {
-        p["id"]: p["response"]
-        for m in wire for p in m.get("parts", [])
-        if p.get("type") == "tool_call_response" and p.get("id") is not None and isinstance(p.get("response"), str)
-    }
-    for m in messages:
-        for p in m.get("parts", []):
-            if p.get("type") == "tool_call_response" and not isinstance(p.get("response"), str) and p.get("id") in sent:
-                p["response"] = sent[p["id"]]
+    def responses(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [p for m in msgs for p in m.get("parts", []) if p.get("type") == "tool_call_response"]
+
+    sent = {p["id"]: p["response"] for p in responses(wire)
+            if p.get("id") is not None and isinstance(p.get("response"), str)}
+    for part in responses(messages):
+        if not isinstance(part.get("response"), str) and part.get("id") in sent:
+            part["response"] = sent[part["id"]]
 
 
 class OpenInference:
