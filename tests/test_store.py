@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 
 from otel_replay import Store
 from otel_replay.normalize.messages import canonical_messages
+from otel_replay.normalize.pipeline import normalize_span
 from otel_replay.normalize.records import SpanRecord
 from otel_replay.store.compact import compact_day, days
 from otel_replay.store.ingest import ingest
 from otel_replay.store.layout import write_segment
 from otel_replay.store.rows import RowBatch, RowBuilder
 from otel_replay.store.schema import arrow_schemas, schema_of
-from otel_replay.normalize.pipeline import normalize_span
 
 
 def _chat_span(trace: int, span: int, messages: list, answer: str = "ok", start: int = 1_700_000_000_000_000_000) -> SpanRecord:

@@ -20,14 +20,13 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
+from otel_replay.capture.queue import SpanQueue  # noqa: I001
 from otel_replay.normalize.content_settings import content_setting_hint
 from otel_replay.normalize.pipeline import normalize_spans
 from otel_replay.normalize.records import LogEvent, SpanRecord
 from otel_replay.normalize.sources.sdk import log_from_sdk, span_from_sdk
 from otel_replay.store.rows import RowBatch, RowBuilder
 from otel_replay.store.writer import write_batch, write_stats
-
-from otel_replay.capture.queue import SpanQueue  # noqa: I001
 
 logger = logging.getLogger("otel_replay")
 

@@ -12,7 +12,7 @@ _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 def parse_named(text: str) -> dict[str, str]:
     parts = _NAME.split(text)
     named: dict[str, str] = {}
-    for name, body in zip(parts[1::2], parts[2::2]):
+    for name, body in zip(parts[1::2], parts[2::2], strict=False):
         lines = [ln for ln in body.strip().splitlines() if not ln.lstrip().startswith("--")]
         named[name] = "\n".join(lines).strip().rstrip(";")
     return named
