@@ -4,7 +4,8 @@ Every convention converts to this one shape so a history, a tool result or an an
 same whichever instrumentation recorded it. Canonical form: keys sorted, no null values,
 `finish_reason` kept on the step rather than the message (so an answer and the same message
 resent in a later history share one hash), tool-call arguments parsed from JSON when they are
-JSON, and empty text parts beside other parts dropped.
+JSON, empty text parts beside other parts dropped, and a tool result recorded as one text block
+stored as that block's text (the string that was sent).
 """
 
 from __future__ import annotations
@@ -43,6 +44,20 @@ def _drop_nulls(mapping: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in mapping.items() if v is not None}
 
 
+def tool_response(response: Any) -> Any:
+    """A tool result as the string that was sent, when it was recorded as one text block.
+
+    The Anthropic SDK records a string `tool_result` content as `[{"type": "text", "text": s}]`;
+    every other producer records `s`. Unwrapping it keeps the result's hash convention-independent.
+    """
+    if isinstance(response, list) and len(response) == 1 and isinstance(response[0], Mapping):
+        block = response[0]
+        text = block.get("text", block.get("content"))
+        if block.get("type") == "text" and isinstance(text, str):
+            return text
+    return response
+
+
 def canonical_part(part: Any) -> Part:
     if not isinstance(part, Mapping):
         return {"type": "text", "content": "" if part is None else str(part)}
@@ -52,6 +67,8 @@ def canonical_part(part: Any) -> Part:
         out["content"] = out.pop("text")
     if ptype == "tool_call" and isinstance(out.get("arguments"), str):
         out["arguments"] = parse_json(out["arguments"])
+    if ptype == "tool_call_response" and "response" in out:
+        out["response"] = tool_response(out["response"])
     return out
 
 
@@ -61,7 +78,10 @@ def canonical_message(message: Any) -> Message:
         return {"role": "user", "parts": [canonical_part(message)]}
     if "parts" not in message:
         return from_openai_message(message)
-    parts = [canonical_part(p) for p in (message.get("parts") or [])]
+    raw_parts = message.get("parts") or []
+    if not isinstance(raw_parts, list):
+        raise ValueError(f"message parts must be a list, got {type(raw_parts).__name__}")
+    parts = [canonical_part(p) for p in raw_parts]
     if len(parts) > 1:
         parts = [p for p in parts if not (p.get("type") == "text" and p.get("content") == "")]
     out: Message = {"role": str(message.get("role") or "user"), "parts": parts}
@@ -126,7 +146,7 @@ def from_openai_message(message: Mapping[str, Any]) -> Message:
         part: Part = {
             "type": "tool_call_response",
             "id": message.get("tool_call_id") or message.get("id"),
-            "response": message.get("content"),
+            "response": tool_response(message.get("content")),
         }
         return {"role": "tool", "parts": [_drop_nulls(part)]}
     parts = _openai_content_parts(message.get("content"))

@@ -45,6 +45,23 @@ def _wire(entry: Any) -> dict[str, Any]:
     return message
 
 
+def _exact_tool_results(messages: list[dict[str, Any]], wire: list[dict[str, Any]]) -> None:
+    """Put back the tool result string that was sent where the GenAI attributes hold it parsed.
+
+    With `OPENINFERENCE_ENABLE_GENAI_SEMCONV=true`, `gen_ai.input.messages` carries a JSON tool
+    result as an object, while `llm.input_messages.{i}.message.content` keeps the exact string,
+    which is what every other convention stores.
+    """
+    def responses(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [p for m in msgs for p in m.get("parts", []) if p.get("type") == "tool_call_response"]
+
+    sent = {p["id"]: p["response"] for p in responses(wire)
+            if p.get("id") is not None and isinstance(p.get("response"), str)}
+    for part in responses(messages):
+        if not isinstance(part.get("response"), str) and part.get("id") in sent:
+            part["response"] = sent[part["id"]]
+
+
 class OpenInference:
     name = "openinference"
 
@@ -93,6 +110,7 @@ class OpenInference:
                  if isinstance(t, Mapping)]
             ),
         )
+        _exact_tool_results(semconv.inputs, indexed.inputs)
         step.content = carriers.merge(semconv, indexed)
         reason = attrs.get("llm.finish_reason")
         step.finish_reasons = finish or ([str(reason)] if reason is not None else [])
