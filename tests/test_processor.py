@@ -180,3 +180,38 @@ def test_invalid_configuration_fails_at_construction(tmp_path):
         ReplayProcessor(tmp_path, max_queue_spans=0)
     with pytest.raises(ValueError):
         ReplayProcessor(tmp_path, flush_interval_s=0)
+
+
+def test_a_forked_child_gets_its_own_writer(tmp_path):
+    import os
+
+    processor = ReplayProcessor(tmp_path, flush_interval_s=0.05)
+    provider = provider_with(processor)
+    tracer = provider.get_tracer("t")
+    pid = os.fork()
+    if pid == 0:  # child: the inherited writer thread is gone; the fork hook must have started a new one
+        code = 1
+        try:
+            with tracer.start_as_current_span("chat child", attributes=chat_attributes("from the child")):
+                pass
+            code = 0 if processor.force_flush(10_000) else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    with tracer.start_as_current_span("chat parent", attributes=chat_attributes("from the parent")):
+        pass
+    provider.shutdown()
+    names = sorted(Store(tmp_path).sql("select name from spans").column("name").to_pylist())
+    assert names == ["chat child", "chat parent"]
+
+
+def test_ids_of_the_wrong_shape_name_the_field():
+    import pytest
+
+    from otel_replay.normalize.sources.ids import BadId, hex_id
+
+    assert hex_id("AAECAwQFBgcICQoLDA0ODw==", 32, "traceId") == "000102030405060708090a0b0c0d0e0f"  # base64
+    for bad in ("xyz", "00" * 16, 12.5, "abc123"):
+        with pytest.raises(BadId, match="traceId"):
+            hex_id(bad, 32, "traceId")
