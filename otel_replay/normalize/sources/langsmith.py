@@ -1,0 +1,134 @@
+"""LangSmith exports: `client.list_runs` dumps (JSON array or JSON lines), v1 `/runs/query` and
+v2 `runs.query` pages, and raw ingest ops (`{"op": "post"|"patch", "payload": ...}`).
+
+Each run becomes a `SpanRecord` carrying the run as `langsmith.*` attributes; the `langsmith`
+convention adapter turns those into steps. Run UUIDs map deterministically to OTel ids (the
+trace UUID's 32 hex digits; a 64-bit hash of the run UUID for the span id), and the original
+ids are kept as attributes. Sibling order comes from `dotted_order`, not from the file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import xxhash
+
+from otel_replay.normalize.records import SpanEvent, SpanRecord
+from otel_replay.normalize.sources.times import iso_to_ns
+
+STATUS = {"success": "ok", "error": "error", "pending": "unset"}
+
+
+class LangSmithFormatError(ValueError):
+    """The document is not one of the LangSmith export shapes."""
+
+
+def span_id_of(run_id: str) -> str:
+    return xxhash.xxh3_64_hexdigest(str(run_id).lower().encode())
+
+
+def trace_id_of(trace_uuid: str) -> str:
+    text = str(trace_uuid).replace("-", "").lower()
+    if len(text) == 32 and all(c in "0123456789abcdef" for c in text):
+        return text
+    return xxhash.xxh3_128_hexdigest(str(trace_uuid).encode())
+
+
+def runs_in(doc: Any) -> list[Mapping[str, Any]]:
+    """The runs of any one document shape (array, v1 or v2 page, single run)."""
+    if isinstance(doc, list):
+        return [r for r in doc if isinstance(r, Mapping)]
+    if isinstance(doc, Mapping):
+        for key in ("runs", "items"):
+            if isinstance(doc.get(key), list):
+                return [r for r in doc[key] if isinstance(r, Mapping)]
+        if "run_type" in doc and "id" in doc:
+            return [doc]
+    raise LangSmithFormatError("not a LangSmith export: expected runs (a list, or a page with 'runs'/'items')")
+
+
+def merge_ingest_ops(ops: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Fold post/patch operations into whole runs, by run id, in emission order."""
+    runs: dict[str, dict[str, Any]] = {}
+    for op in ops:
+        payload = op.get("payload")
+        if not isinstance(payload, Mapping) or "id" not in payload:
+            raise LangSmithFormatError("ingest op without a payload id")
+        runs.setdefault(str(payload["id"]), {}).update({k: v for k, v in payload.items() if v is not None})
+    return list(runs.values())
+
+
+def _parent_id(run: Mapping[str, Any]) -> str | None:
+    parent = run.get("parent_run_id")
+    if parent:
+        return str(parent)
+    ancestors = run.get("parent_run_ids") or []
+    return str(ancestors[-1]) if ancestors else None
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def span_from_run(run: Mapping[str, Any], order_ns: int = 0) -> SpanRecord:
+    """One run as a span. `order_ns` (< 1000) breaks start-time ties in dotted order."""
+    run_id = str(run.get("id") or "")
+    if not run_id:
+        raise LangSmithFormatError("run without an 'id'")
+    trace_uuid = str(run.get("trace_id") or run_id)
+    parent = _parent_id(run)
+    start = iso_to_ns(run.get("start_time"), "start_time")
+    status = str(run.get("status") or "").lower()
+    error = run.get("error") or run.get("error_preview")
+    metadata = run.get("metadata") or (run.get("extra") or {}).get("metadata") or {}
+    attributes: dict[str, Any] = {
+        "langsmith.run_id": run_id,
+        "langsmith.trace_id": trace_uuid,
+        "langsmith.run_type": str(run.get("run_type") or "chain").lower(),
+        "langsmith.inputs": _json(run.get("inputs")),
+        "langsmith.outputs": _json(run.get("outputs")),
+        "langsmith.extra": _json(run.get("extra") or {}),
+        "langsmith.metadata": _json(metadata),
+    }
+    for key in ("dotted_order", "session_id", "project_id", "parent_run_id"):
+        if run.get(key):
+            attributes[f"langsmith.{key}"] = str(run[key])
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        if isinstance(run.get(key), int):
+            attributes[f"langsmith.{key}"] = run[key]
+    if run.get("tags"):
+        attributes["langsmith.tags"] = [str(t) for t in run["tags"]]
+    if run.get("feedback_stats"):
+        attributes["langsmith.feedback_stats"] = _json(run["feedback_stats"])
+    if error:
+        attributes["langsmith.error"] = str(error)
+    events = [SpanEvent(str(e.get("name")), iso_to_ns(e.get("time"), "events.time"), {})
+              for e in run.get("events") or [] if isinstance(e, Mapping)]
+    return SpanRecord(
+        trace_id=trace_id_of(trace_uuid),
+        span_id=span_id_of(run_id),
+        parent_span_id=span_id_of(parent) if parent else None,
+        name=str(run.get("name") or run.get("run_type") or "run"),
+        start_ns=start + order_ns if start is not None else None,
+        end_ns=iso_to_ns(run.get("end_time"), "end_time"),
+        status_code=STATUS.get(status, "unset"),
+        status_message=str(error).split("\n", 1)[0][:1000] if error else None,
+        attributes=attributes,
+        events=events,
+        resource={"service.name": str(metadata.get("ls_project") or run.get("session_name") or "langsmith")},
+        scope_name="langsmith",
+    )
+
+
+def spans_from_runs(runs: Iterable[Mapping[str, Any]]) -> list[SpanRecord]:
+    """Runs as spans; runs of a trace that start in the same microsecond keep their dotted order."""
+    ordered = sorted(runs, key=lambda r: str(r.get("dotted_order") or ""))
+    rank: dict[str, int] = {}
+    spans = []
+    for run in ordered:
+        trace = str(run.get("trace_id") or run.get("id"))
+        rank[trace] = rank.get(trace, -1) + 1
+        spans.append(span_from_run(run, order_ns=min(rank[trace], 999) if run.get("dotted_order") else 0))
+    return spans
