@@ -1,4 +1,8 @@
-"""Write already-read records (imports, the OTLP receiver, tests) into a store in one go."""
+"""Write already-read records (imports, tests) into a store in one go.
+
+Idempotent when asked: spans already in the store (same trace and span id) are not stored again,
+so importing a file twice, or two overlapping exports, stores each span once.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,8 @@ from pathlib import Path
 
 from otel_replay.normalize.pipeline import normalize_spans
 from otel_replay.normalize.records import LogEvent, SpanRecord
+from otel_replay.store import queries
+from otel_replay.store.catalog import Catalog
 from otel_replay.store.rows import RowBatch, RowBuilder
 from otel_replay.store.writer import write_batch
 
@@ -17,23 +23,39 @@ class IngestResult:
     spans: int = 0
     steps: int = 0
     traces: int = 0
+    already_stored: int = 0
     problems: list[str] = field(default_factory=list)
     unmatched_logs: int = 0
     segments: list[Path] = field(default_factory=list)
 
 
-def ingest(root: Path, spans: Sequence[SpanRecord], logs: Iterable[LogEvent] = (), *, source: str) -> IngestResult:
+def existing_span_ids(root: Path, trace_ids: Sequence[str]) -> set[tuple[str, str]]:
+    if not root.is_dir() or not trace_ids:
+        return set()
+    con = Catalog(root).connect()
+    try:
+        return set(con.execute(queries.query("existing_span_ids"), [list(trace_ids)]).fetchall())
+    finally:
+        con.close()
+
+
+def ingest(root: Path, spans: Sequence[SpanRecord], logs: Iterable[LogEvent] = (), *, source: str,
+           skip_existing: bool = False) -> IngestResult:
     """Normalize and store spans (with their log events) as one atomic set of segments per table."""
+    spans = list({(s.trace_id, s.span_id): s for s in spans}.values())  # a span twice in the input: the last copy
+    result = IngestResult(traces=len({s.trace_id for s in spans}))
+    if skip_existing:
+        known = existing_span_ids(root, sorted({s.trace_id for s in spans}))
+        fresh = [s for s in spans if (s.trace_id, s.span_id) not in known]
+        result.already_stored = len(spans) - len(fresh)
+        spans = fresh
     normalized, unmatched = normalize_spans(spans, logs)
     batch = RowBatch()
     RowBuilder(source=source).add_all(batch, normalized)
-    result = IngestResult(
-        spans=len(normalized),
-        steps=sum(1 for n in normalized if n.step is not None),
-        traces=len({s.trace_id for s in spans}),
-        problems=[f"span {n.span.span_id}: {p}" for n in normalized for p in n.problems],
-        unmatched_logs=len(unmatched),
-    )
+    result.spans = len(normalized)
+    result.steps = sum(1 for n in normalized if n.step is not None)
+    result.problems = [f"span {n.span.span_id}: {p}" for n in normalized for p in n.problems]
+    result.unmatched_logs = len(unmatched)
     if normalized:
         result.segments = write_batch(root, batch)
     return result

@@ -72,8 +72,8 @@ def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-def span_from_run(run: Mapping[str, Any], order_ns: int = 0) -> SpanRecord:
-    """One run as a span. `order_ns` (< 1000) breaks start-time ties in dotted order."""
+def span_from_run(run: Mapping[str, Any]) -> SpanRecord:
+    """One run as a span."""
     run_id = str(run.get("id") or "")
     if not run_id:
         raise LangSmithFormatError("run without an 'id'")
@@ -111,7 +111,7 @@ def span_from_run(run: Mapping[str, Any], order_ns: int = 0) -> SpanRecord:
         span_id=span_id_of(run_id),
         parent_span_id=span_id_of(parent) if parent else None,
         name=str(run.get("name") or run.get("run_type") or "run"),
-        start_ns=start + order_ns if start is not None else None,
+        start_ns=start,
         end_ns=iso_to_ns(run.get("end_time"), "end_time"),
         status_code=STATUS.get(status, "unset"),
         status_message=str(error).split("\n", 1)[0][:1000] if error else None,
@@ -122,13 +122,26 @@ def span_from_run(run: Mapping[str, Any], order_ns: int = 0) -> SpanRecord:
     )
 
 
-def spans_from_runs(runs: Iterable[Mapping[str, Any]]) -> list[SpanRecord]:
-    """Runs as spans; runs of a trace that start in the same microsecond keep their dotted order."""
-    ordered = sorted(runs, key=lambda r: str(r.get("dotted_order") or ""))
+def span_from_run_checked(run: Mapping[str, Any]) -> SpanRecord:
+    if not isinstance(run, Mapping):
+        raise LangSmithFormatError(f"a run must be an object, got {type(run).__name__}")
+    return span_from_run(run)
+
+
+def order_by_dotted(spans: list[SpanRecord]) -> list[SpanRecord]:
+    """Break start-time ties (same microsecond) in `dotted_order`, which is depth-first execution order.
+
+    Adds the rank (< 1000 ns) inside the trace to the start time: never reorders distinct
+    microsecond starts, always orders ties.
+    """
+    ordered = sorted(spans, key=lambda s: (s.trace_id, str(s.attributes.get("langsmith.dotted_order") or "")))
     rank: dict[str, int] = {}
-    spans = []
-    for run in ordered:
-        trace = str(run.get("trace_id") or run.get("id"))
-        rank[trace] = rank.get(trace, -1) + 1
-        spans.append(span_from_run(run, order_ns=min(rank[trace], 999) if run.get("dotted_order") else 0))
-    return spans
+    for span in ordered:
+        rank[span.trace_id] = rank.get(span.trace_id, -1) + 1
+        if span.start_ns is not None and span.attributes.get("langsmith.dotted_order"):
+            span.start_ns += min(rank[span.trace_id], 999)
+    return ordered
+
+
+def spans_from_runs(runs: Iterable[Mapping[str, Any]]) -> list[SpanRecord]:
+    return order_by_dotted([span_from_run(r) for r in runs])

@@ -91,25 +91,41 @@ def span_from_otlp(span: Mapping[str, Any], resource: Mapping[str, Any], scope: 
     )
 
 
-def spans_from_request(doc: Mapping[str, Any]) -> Iterator[SpanRecord]:
-    """Every span in an `ExportTraceServiceRequest` (raises OtlpFormatError on a wrong shape)."""
+def spans_from_request(doc: Mapping[str, Any], errors: list[tuple[str, str]] | None = None) -> Iterator[SpanRecord]:
+    """Every span in an `ExportTraceServiceRequest` (raises OtlpFormatError on a wrong shape).
+
+    With `errors`, a malformed span is skipped and recorded as (its path in the document, reason).
+    """
     if not isinstance(doc, Mapping) or "resourceSpans" not in doc:
         raise OtlpFormatError("not an OTLP/JSON trace request: no 'resourceSpans' key")
-    for rs in doc["resourceSpans"] or []:
+    for i, rs in enumerate(_list(doc["resourceSpans"], "resourceSpans")):
         resource = key_values((rs.get("resource") or {}).get("attributes") or [])
-        for ss in rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []:
+        for j, ss in enumerate(_list(rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans"), "scopeSpans")):
             scope = ss.get("scope") or ss.get("instrumentationLibrary") or {}
-            for span in ss.get("spans") or []:
-                yield span_from_otlp(span, resource, scope)
+            for k, span in enumerate(_list(ss.get("spans"), "spans")):
+                try:
+                    yield span_from_otlp(span, resource, scope)
+                except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+                    if errors is None:
+                        raise
+                    errors.append((f"resourceSpans[{i}].scopeSpans[{j}].spans[{k}]", str(exc) or type(exc).__name__))
+
+
+def _list(value: Any, field: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise OtlpFormatError(f"'{field}' must be a list, got {type(value).__name__}")
+    return [v for v in value if isinstance(v, Mapping)]
 
 
 def logs_from_request(doc: Mapping[str, Any]) -> Iterator[LogEvent]:
     """Every log record in an `ExportLogsServiceRequest`."""
     if not isinstance(doc, Mapping) or "resourceLogs" not in doc:
         raise OtlpFormatError("not an OTLP/JSON logs request: no 'resourceLogs' key")
-    for rl in doc["resourceLogs"] or []:
-        for sl in rl.get("scopeLogs") or []:
-            for rec in sl.get("logRecords") or []:
+    for rl in _list(doc["resourceLogs"], "resourceLogs"):
+        for sl in _list(rl.get("scopeLogs"), "scopeLogs"):
+            for rec in _list(sl.get("logRecords"), "logRecords"):
                 yield LogEvent(
                     event_name=rec.get("eventName") or None,
                     trace_id=optional_hex_id(rec.get("traceId"), 32, "traceId"),

@@ -63,3 +63,6 @@ SELECT * FROM segment_input ORDER BY written_ns;
 
 -- name: capture_health_rows
 SELECT host, pid, written_ns, accepted, dropped_queue_full, skipped, skip_reasons FROM capture_health ORDER BY host, pid;
+
+-- name: existing_span_ids
+SELECT DISTINCT trace_id, span_id FROM span_rows WHERE trace_id IN (SELECT unnest(?::VARCHAR[]));
