@@ -113,7 +113,7 @@ def span_from_run(run: Mapping[str, Any]) -> SpanRecord:
         name=str(run.get("name") or run.get("run_type") or "run"),
         start_ns=start,
         end_ns=iso_to_ns(run.get("end_time"), "end_time"),
-        status_code=STATUS.get(status, "unset"),
+        status_code="error" if error else STATUS.get(status, "ok" if run.get("end_time") else "unset"),
         status_message=str(error).split("\n", 1)[0][:1000] if error else None,
         attributes=attributes,
         events=events,
