@@ -104,7 +104,7 @@ class LangSmith:
         if isinstance(inputs, Mapping) and set(inputs) == {"input"}:
             inputs = parse_json(inputs["input"])
         step.content = tool_content(step.tool_call_id, span.name, inputs,
-                                    None if outputs is None else tool_result(result))
+                                    None if not outputs else tool_result(result))  # errored runs: no output
         return step
 
 
