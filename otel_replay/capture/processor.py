@@ -88,6 +88,7 @@ class ReplayProcessor(SpanProcessor):
         self._queue = SpanQueue(max_spans, max_bytes)
         self._writer = CaptureWriter(self.store, self._queue, flush_interval_s=interval, flush_rows=rows,
                                      is_marked=is_marked)
+        self._wake = self._writer.wake
         self._writer.start()
 
     def _after_fork(self) -> None:
@@ -103,17 +104,26 @@ class ReplayProcessor(SpanProcessor):
         try:
             if self._shutdown:
                 return
-            attrs = _attribute_dict(span)
-            if MARKERS.isdisjoint(attrs) and span._parent is not None and not span._parent.is_remote:  # noqa: SLF001
+            try:
+                attrs = span._attributes._dict  # noqa: SLF001 - an SDK span's BoundedAttributes
+            except AttributeError:
+                attrs = _attribute_dict(span)
+            if MARKERS.isdisjoint(attrs):
+                parent = span._parent  # noqa: SLF001
+                if parent is not None and not parent.is_remote:
+                    return
+            queue = self._queue
+            if queue.length() >= queue.max_items:  # full: count the drop before any other work
+                queue.dropped += 1
                 return
             size = _SPAN_OVERHEAD + _ATTRIBUTE_OVERHEAD * len(attrs)
             for key in _PAYLOAD_KEYS:
                 value = attrs.get(key)
                 if value is not None and value.__class__ is str:
                     size += len(value)
-            self._queue.offer(span, size)
-            if len(self._queue) >= self._wake_at:
-                self._writer.wake.set()
+            # Wake the writer once per backlog: Event.set takes a lock and costs ~1 µs.
+            if queue.put(span, size) >= self._wake_at and not self._wake.is_set():
+                self._wake.set()
         except Exception:  # noqa: BLE001 - never reach the service
             self.internal_errors += 1
 

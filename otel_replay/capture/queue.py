@@ -11,10 +11,12 @@ from typing import Any
 
 
 class SpanQueue:
-    __slots__ = ("_items", "max_items", "max_bytes", "bytes_in", "bytes_out", "dropped")
+    __slots__ = ("_items", "length", "max_items", "max_bytes", "bytes_in", "bytes_out", "dropped")
 
     def __init__(self, max_items: int, max_bytes: int) -> None:
         self._items: collections.deque[tuple[Any, int]] = collections.deque()
+        # `len()` as a C call: the producer's hot path reads it without a Python frame
+        self.length = self._items.__len__
         self.max_items = max_items
         self.max_bytes = max_bytes
         self.bytes_in = 0
@@ -26,12 +28,17 @@ class SpanQueue:
 
     def offer(self, item: Any, size: int) -> bool:
         """Append unless full; a refused item is counted, never logged."""
-        if len(self._items) >= self.max_items or self.bytes_in - self.bytes_out + size > self.max_bytes:
+        return self.put(item, size) > 0
+
+    def put(self, item: Any, size: int) -> int:
+        """Like `offer`, but returns the number of items queued after the append (0: refused)."""
+        items = self._items
+        if len(items) >= self.max_items or self.bytes_in - self.bytes_out + size > self.max_bytes:
             self.dropped += 1
-            return False
-        self._items.append((item, size))
+            return 0
+        items.append((item, size))
         self.bytes_in += size
-        return True
+        return len(items)
 
     def take(self, limit: int) -> list[Any]:
         """Pop up to `limit` items (consumer side only)."""

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_replay.capture.queue import SpanQueue  # noqa: I001
 from otel_replay.normalize.content_settings import content_setting_hint
-from otel_replay.normalize.pipeline import normalize_spans
+from otel_replay.normalize.pipeline import join_logs, normalize_span
 from otel_replay.normalize.records import LogEvent, SpanRecord
 from otel_replay.normalize.sources.sdk import log_from_sdk, span_from_sdk
 from otel_replay.store.rows import RowBatch, RowBuilder
@@ -33,6 +33,14 @@ logger = logging.getLogger("otel_replay")
 LOG_WAIT_S = 30.0  # how long a log event waits for its span before it is dropped
 MAX_PENDING_LOGS = 50_000
 RECENT_TRACES = 100_000
+# Sharing the GIL: after WORK_SLICE_S of CPU time the writer checks whether it had the CPU to
+# itself. If it got less than CONTENDED of the wall time, a service thread wants the GIL, so the
+# writer sleeps PAUSE_S; that thread then keeps the GIL for a whole switch interval (5 ms). While
+# the GIL comes back later than YIELDING_S after such a pause, the writer pauses after every slice.
+WORK_SLICE_S = 0.0005
+CONTENDED = 0.8
+PAUSE_S = 0.0001
+YIELDING_S = 0.001
 
 
 class WarnOnce:
@@ -71,6 +79,8 @@ class CaptureWriter:
         self.written_spans = 0
         self.skipped: collections.Counter[str] = collections.Counter()
         self._stats_written: tuple[int, int, int] = (0, 0, 0)
+        self._slice_wall = self._slice_cpu = 0.0
+        self._yielding = False
         self.thread = threading.Thread(target=self._run, name="otel-replay-writer", daemon=True)
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -106,7 +116,24 @@ class CaptureWriter:
             if stopping:
                 return
 
+    def _new_slice(self) -> None:
+        self._slice_wall, self._slice_cpu = time.perf_counter(), time.thread_time()
+
+    def _pace(self) -> None:
+        """Between units of work: pause briefly when a service thread is waiting for the GIL."""
+        now = time.perf_counter()
+        if now - self._slice_wall < WORK_SLICE_S:
+            return
+        cpu = time.thread_time() - self._slice_cpu
+        if cpu < WORK_SLICE_S:
+            return
+        if self._yielding or cpu < CONTENDED * (now - self._slice_wall):
+            time.sleep(PAUSE_S)  # returns once this thread has the GIL again
+            self._yielding = time.perf_counter() - now > YIELDING_S
+        self._new_slice()
+
     def _drain(self, force: bool) -> None:
+        self._new_slice()
         while True:
             items = self.queue.take(2000)
             if items:
@@ -121,6 +148,7 @@ class CaptureWriter:
         spans: list[SpanRecord] = []
         now = time.monotonic()
         for item in items:
+            self._pace()
             try:
                 if isinstance(item, ReadableSpan):
                     record = span_from_sdk(item)
@@ -135,7 +163,11 @@ class CaptureWriter:
             return
         traces = {s.trace_id for s in spans}
         logs = [log for _, log in self._pending_logs.values() if log.trace_id in traces]
-        normalized, unmatched = normalize_spans(spans, logs)
+        grouped, unmatched = join_logs(spans, logs)  # normalize_spans, with a pace between spans
+        normalized = []
+        for span in spans:
+            self._pace()
+            normalized.append(normalize_span(span, grouped.get(span.span_id, ())))
         consumed = {id(x) for x in logs} - {id(x) for x in unmatched}
         for key in consumed:
             self._pending_logs.pop(key, None)
@@ -151,7 +183,10 @@ class CaptureWriter:
                     f"message content, so their steps are stored observation-only (they can be held, never "
                     f"resampled). To capture content: {content_setting_hint(item.span.scope_name)}."
                 )
-        self._builder.add_all(self._batch, normalized)
+        now_ns = time.time_ns()
+        for item in normalized:
+            self._pace()
+            self._builder.add(self._batch, item, now_ns)
         self.accepted += len(normalized)
 
     def _keep(self, span: ReadableSpan, record: SpanRecord) -> bool:
