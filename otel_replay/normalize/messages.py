@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import orjson
 import xxhash
 
 Message = dict[str, Any]
@@ -21,9 +22,16 @@ Part = dict[str, Any]
 
 
 def canonical_bytes(value: Any) -> bytes:
-    """The bytes that are stored and hashed for a JSON value (invalid UTF-8 replaced)."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return text.encode("utf-8", "replace")
+    """The bytes that are stored and hashed for a JSON value: compact, keys sorted, UTF-8.
+
+    orjson does this ~18x faster than `json`; values it refuses (lone surrogates, integers
+    beyond 64 bits, non-string keys) go through `json` with invalid UTF-8 replaced.
+    """
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+        return text.encode("utf-8", "replace")
 
 
 def content_hash(data: bytes) -> str:
@@ -34,9 +42,12 @@ def parse_json(value: Any) -> Any:
     """Parse a JSON string; anything else (or invalid JSON) is returned unchanged."""
     if isinstance(value, (str, bytes)):
         try:
-            return json.loads(value)
-        except (ValueError, RecursionError):
-            return value
+            return orjson.loads(value)
+        except orjson.JSONDecodeError:
+            try:  # orjson rejects lone surrogates and NaN, which the json module reads
+                return json.loads(value)
+            except (ValueError, RecursionError):
+                return value
     return value
 
 
@@ -50,7 +61,7 @@ def tool_response(response: Any) -> Any:
     The Anthropic SDK records a string `tool_result` content as `[{"type": "text", "text": s}]`;
     every other producer records `s`. Unwrapping it keeps the result's hash convention-independent.
     """
-    if isinstance(response, list) and len(response) == 1 and isinstance(response[0], Mapping):
+    if isinstance(response, list) and len(response) == 1 and isinstance(response[0], dict):
         block = response[0]
         text = block.get("text", block.get("content"))
         if block.get("type") == "text" and isinstance(text, str):
@@ -59,7 +70,7 @@ def tool_response(response: Any) -> Any:
 
 
 def canonical_part(part: Any) -> Part:
-    if not isinstance(part, Mapping):
+    if not isinstance(part, dict):
         return {"type": "text", "content": "" if part is None else str(part)}
     out = _drop_nulls(part)
     ptype = out.get("type")
@@ -74,7 +85,7 @@ def canonical_part(part: Any) -> Part:
 
 def canonical_message(message: Any) -> Message:
     """Canonicalize a message already in (or close to) the semconv parts shape."""
-    if not isinstance(message, Mapping):
+    if not isinstance(message, dict):
         return {"role": "user", "parts": [canonical_part(message)]}
     if "parts" not in message:
         return from_openai_message(message)
@@ -90,14 +101,38 @@ def canonical_message(message: Any) -> Message:
     return out
 
 
+_MEMO: dict[bytes, Message] = {}
+_MEMO_MAX = 50_000
+
+
 def canonical_messages(messages: Any) -> list[Message]:
+    """Canonicalize a message list.
+
+    An agent loop resends its whole history on every call, so each distinct raw message is
+    canonicalized once: the result is memoized by the raw message's bytes, and the same (treat
+    as immutable) dict is returned for every repeat, which also lets the store address it once.
+    """
     if messages is None:
         return []
-    if isinstance(messages, Mapping):
+    if isinstance(messages, dict):
         messages = [messages]
     if not isinstance(messages, list):
         raise ValueError(f"expected a list of messages, got {type(messages).__name__}")
-    return [canonical_message(m) for m in messages]
+    out = []
+    for message in messages:
+        try:
+            key = orjson.dumps(message)
+        except (TypeError, orjson.JSONEncodeError):
+            out.append(canonical_message(message))
+            continue
+        canonical = _MEMO.get(key)
+        if canonical is None:
+            canonical = canonical_message(message)
+            if len(_MEMO) >= _MEMO_MAX:
+                _MEMO.clear()
+            _MEMO[key] = canonical
+        out.append(canonical)
+    return out
 
 
 def finish_reason_of(messages: Any) -> list[str]:
@@ -106,7 +141,7 @@ def finish_reason_of(messages: Any) -> list[str]:
     return [
         str(m["finish_reason"])
         for m in messages
-        if isinstance(m, Mapping) and m.get("finish_reason") is not None
+        if isinstance(m, dict) and m.get("finish_reason") is not None
     ]
 
 
@@ -118,11 +153,11 @@ def _openai_content_parts(content: Any) -> list[Part]:
     if isinstance(content, list):
         parts: list[Part] = []
         for item in content:
-            if isinstance(item, Mapping) and item.get("type") == "text":
+            if isinstance(item, dict) and item.get("type") == "text":
                 parts.append({"type": "text", "content": item.get("text", "")})
             elif isinstance(item, str):
                 parts.append({"type": "text", "content": item})
-            elif isinstance(item, Mapping):
+            elif isinstance(item, dict):
                 parts.append(_drop_nulls(item))
         return parts
     return [{"type": "text", "content": str(content)}]
@@ -150,7 +185,7 @@ def from_openai_message(message: Mapping[str, Any]) -> Message:
         }
         return {"role": "tool", "parts": [_drop_nulls(part)]}
     parts = _openai_content_parts(message.get("content"))
-    parts += [openai_tool_call_part(c) for c in message.get("tool_calls") or [] if isinstance(c, Mapping)]
+    parts += [openai_tool_call_part(c) for c in message.get("tool_calls") or [] if isinstance(c, dict)]
     if len(parts) > 1:
         parts = [p for p in parts if not (p.get("type") == "text" and p.get("content") == "")]
     out: Message = {"role": role, "parts": parts}
@@ -163,16 +198,16 @@ def canonical_tool_definitions(tools: Any) -> list[dict[str, Any]]:
     """Tool definitions flattened to {type, name, description, parameters}."""
     if tools is None:
         return []
-    if isinstance(tools, Mapping):
+    if isinstance(tools, dict):
         tools = [tools]
     if not isinstance(tools, list):
         raise ValueError(f"expected a list of tool definitions, got {type(tools).__name__}")
     out = []
     for tool in tools:
         tool = parse_json(tool)
-        if not isinstance(tool, Mapping):
+        if not isinstance(tool, dict):
             continue
-        inner = tool.get("function") if isinstance(tool.get("function"), Mapping) else tool
+        inner = tool.get("function") if isinstance(tool.get("function"), dict) else tool
         params = inner.get("parameters", inner.get("input_schema"))
         out.append(
             _drop_nulls(
@@ -193,7 +228,7 @@ def canonical_system(system: Any) -> list[Part]:
         return []
     if isinstance(system, str):
         return [{"type": "text", "content": system}]
-    if isinstance(system, Mapping):
+    if isinstance(system, dict):
         system = [system]
     if not isinstance(system, list):
         return [{"type": "text", "content": str(system)}]
@@ -205,7 +240,7 @@ def message_text(message: Mapping[str, Any]) -> str:
     return "".join(
         str(p.get("content", ""))
         for p in message.get("parts", [])
-        if isinstance(p, Mapping) and p.get("type") == "text"
+        if isinstance(p, dict) and p.get("type") == "text"
     )
 
 
@@ -214,5 +249,5 @@ def tool_calls(messages: Iterable[Mapping[str, Any]]) -> list[Part]:
         p
         for m in messages
         for p in m.get("parts", [])
-        if isinstance(p, Mapping) and p.get("type") == "tool_call"
+        if isinstance(p, dict) and p.get("type") == "tool_call"
     ]

@@ -66,6 +66,9 @@ def join_logs(spans: Sequence[SpanRecord], logs: Iterable[LogEvent]) -> tuple[di
     where the `gen_ai.choice` event lands on the agent span) go to the model-call span of the
     same trace whose time window contains the event.
     """
+    logs = list(logs)
+    if not logs:
+        return {}, []
     by_id = {s.span_id: s for s in spans}
     model_calls: dict[str, list[SpanRecord]] = defaultdict(list)
     for s in spans:

@@ -31,12 +31,23 @@ def default_root() -> Path:
     return Path(os.environ.get(STORE_ENV) or DEFAULT_STORE)
 
 
+_NS_PER_DAY = 86_400 * 10**9
+_days: dict[int, str] = {}
+
+
 def day_of(time_ns: int | None) -> str:
-    seconds = (time_ns if time_ns else time.time_ns()) / 1e9
-    try:
-        return dt.datetime.fromtimestamp(seconds, dt.timezone.utc).strftime("%Y-%m-%d")
-    except (OverflowError, OSError, ValueError):
-        return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
+    """The UTC day (YYYY-MM-DD) of a time; now for None or a time out of range."""
+    day = (time_ns if time_ns else time.time_ns()) // _NS_PER_DAY
+    text = _days.get(day)
+    if text is None:
+        try:
+            text = (dt.date(1970, 1, 1) + dt.timedelta(days=day)).isoformat()
+        except (OverflowError, ValueError):
+            return day_of(None)
+        if len(_days) > 4096:
+            _days.clear()
+        _days[day] = text
+    return text
 
 
 def table_glob(root: Path, table: str) -> str:

@@ -12,22 +12,31 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from otel_replay.normalize.messages import canonical_bytes, content_hash
 from otel_replay.normalize.pipeline import NormalizedSpan
 from otel_replay.store.layout import day_of
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str).encode(
-        "utf-8", "replace"
-    ).decode("utf-8")
+    try:
+        return orjson.dumps(value, default=str).decode("utf-8")
+    except (TypeError, orjson.JSONEncodeError):  # lone surrogates, huge ints: the slow, lenient path
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str).encode(
+            "utf-8", "replace"
+        ).decode("utf-8")
 
 
-def _text(value: str | None) -> str | None:
-    """Text that Arrow accepts: lone surrogates and other invalid UTF-8 replaced."""
-    if value is None:
-        return None
-    return value.encode("utf-8", "replace").decode("utf-8")
+def valid_text(value: Any) -> Any:
+    """Strings with lone surrogates (invalid UTF-8) replaced, recursively; the rare slow path."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, list):
+        return [valid_text(v) for v in value]
+    if isinstance(value, dict):
+        return {k: valid_text(v) for k, v in value.items()}
+    return value
 
 
 @dataclass(slots=True)
@@ -54,8 +63,27 @@ class RowBuilder:
         self.source = source
         self._known: set[str] = set()
         self._max_known = max_known_hashes
+        self._resource_cache: tuple[Any, str] | None = None
+        self._by_identity: dict[int, tuple[Any, str]] = {}
+
+    def _resource_json(self, resource: Any) -> str:
+        """Spans of one process share one resource: serialize it once."""
+        cached = self._resource_cache
+        if cached is not None and cached[0] is resource:
+            return cached[1]
+        text = _json(resource)
+        self._resource_cache = (resource, text)
+        return text
 
     def _address(self, batch: RowBatch, kind: str, role: str | None, value: Any) -> str:
+        """The content address of a payload, storing its body the first time it is seen.
+
+        Repeated messages arrive as the very same object (normalize memoizes them), so an
+        identity cache skips re-serializing a history's old messages on every turn.
+        """
+        seen = self._by_identity.get(id(value))
+        if seen is not None and seen[0] is value:
+            return seen[1]
         data = canonical_bytes(value)
         digest = content_hash(data)
         if digest not in self._known:
@@ -63,6 +91,9 @@ class RowBuilder:
                 self._known.clear()
             self._known.add(digest)
             batch.messages.append({"hash": digest, "kind": kind, "role": role, "body": data.decode("utf-8")})
+        if len(self._by_identity) >= self._max_known:
+            self._by_identity.clear()
+        self._by_identity[id(value)] = (value, digest)
         return digest
 
     def add(self, batch: RowBatch, item: NormalizedSpan, ingested_ns: int | None = None) -> None:
@@ -74,19 +105,19 @@ class RowBuilder:
                 "trace_id": span.trace_id,
                 "span_id": span.span_id,
                 "parent_span_id": span.parent_span_id,
-                "name": _text(span.name),
+                "name": span.name,
                 "span_kind": span.kind,
                 "start_ns": span.start_ns,
                 "end_ns": span.end_ns,
                 "status_code": span.status_code,
-                "status_message": _text(span.status_message),
-                "service_name": _text(span.service_name),
-                "scope_name": _text(span.scope_name),
-                "scope_version": _text(span.scope_version),
+                "status_message": span.status_message,
+                "service_name": span.service_name,
+                "scope_name": span.scope_name,
+                "scope_version": span.scope_version,
                 "attributes": _json(item.attributes),
                 "events": _json([{"name": e.name, "time_ns": e.time_ns, "attributes": e.attributes} for e in span.events]),
                 "links": _json(span.links),
-                "resource": _json(span.resource),
+                "resource": self._resource_json(span.resource),
                 "source": self.source,
                 "ingested_ns": now,
             }
@@ -102,21 +133,21 @@ class RowBuilder:
                 "parent_span_id": step.parent_span_id,
                 "kind": step.kind,
                 "operation": step.operation,
-                "name": _text(step.name),
+                "name": step.name,
                 "start_ns": step.start_ns,
                 "end_ns": step.end_ns,
                 "status": step.status,
-                "error_type": _text(step.error_type),
-                "error_message": _text(step.error_message),
-                "provider": _text(step.provider),
-                "request_model": _text(step.request_model),
-                "response_model": _text(step.response_model),
+                "error_type": step.error_type,
+                "error_message": step.error_message,
+                "provider": step.provider,
+                "request_model": step.request_model,
+                "response_model": step.response_model,
                 "input_tokens": step.input_tokens,
                 "output_tokens": step.output_tokens,
-                "agent_name": _text(step.agent_name),
-                "conversation_id": _text(step.conversation_id),
-                "tool_name": _text(step.tool_name),
-                "tool_call_id": _text(step.tool_call_id),
+                "agent_name": step.agent_name,
+                "conversation_id": step.conversation_id,
+                "tool_name": step.tool_name,
+                "tool_call_id": step.tool_call_id,
                 "system_hash": self._address(batch, "system", None, content.system) if content.system else None,
                 "tools_hash": self._address(batch, "tools", None, content.tools) if content.tools else None,
                 "input_hashes": [self._address(batch, "message", m.get("role"), m) for m in content.inputs],
@@ -125,7 +156,7 @@ class RowBuilder:
                 "finish_reasons": list(step.finish_reasons),
                 "has_payload": step.has_payload,
                 "convention": step.convention,
-                "service_name": _text(step.service_name),
+                "service_name": step.service_name,
                 "source": self.source,
                 "ingested_ns": now,
             }

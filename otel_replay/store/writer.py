@@ -13,15 +13,22 @@ from typing import Any
 import pyarrow as pa
 
 from otel_replay.store.layout import day_of, write_segment
-from otel_replay.store.rows import RowBatch
+from otel_replay.store.rows import RowBatch, valid_text
 from otel_replay.store.schema import schema_of
 
 ARROW_CHUNK = 1000  # rows per Arrow conversion: short GIL holds while the service runs
 
 
+def _chunk(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    try:
+        return pa.Table.from_pylist(rows, schema=schema)
+    except (pa.ArrowInvalid, UnicodeEncodeError):  # a string with lone surrogates: repair the chunk
+        return pa.Table.from_pylist([valid_text(r) for r in rows], schema=schema)
+
+
 def to_arrow(rows: list[dict[str, Any]], table: str) -> pa.Table:
     schema = schema_of(table)
-    chunks = [pa.Table.from_pylist(rows[i : i + ARROW_CHUNK], schema=schema) for i in range(0, len(rows), ARROW_CHUNK)]
+    chunks = [_chunk(rows[i : i + ARROW_CHUNK], schema) for i in range(0, len(rows), ARROW_CHUNK)]
     return pa.concat_tables(chunks) if chunks else schema.empty_table()
 
 

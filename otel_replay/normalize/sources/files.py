@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from otel_replay.normalize.records import LogEvent, SpanRecord
-from otel_replay.normalize.sources import jaeger, langfuse_api, langsmith, otlp_json, otlp_proto, whowhen
+from otel_replay.normalize.sources import (
+    jaeger,
+    langfuse_api,
+    langsmith,
+    otlp_json,
+    otlp_proto,
+    whowhen,
+)
 from otel_replay.normalize.sources.flat_json import read_flat
 
 RECORD_ERRORS = (ValueError, TypeError, KeyError, AttributeError, RecursionError)

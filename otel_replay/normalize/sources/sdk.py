@@ -27,8 +27,35 @@ def plain(value: Any) -> Any:
     return value
 
 
+_SCALARS = (str, int, float, bool)
+
+
 def plain_attributes(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
-    return {} if not attrs else {str(k): plain(v) for k, v in attrs.items()}
+    """OTel attribute values are scalars or flat sequences of scalars: a shallow copy suffices."""
+    if not attrs:
+        return {}
+    out = {}
+    for key, value in attrs.items():
+        cls = value.__class__
+        if cls in _SCALARS:
+            out[key] = value
+        elif cls is tuple or cls is list:
+            out[key] = [v if v.__class__ in _SCALARS else plain(v) for v in value]
+        else:
+            out[key] = plain(value)
+    return out
+
+
+_resource_cache: list[Any] = [None, {}]
+
+
+def _resource(resource: Any) -> dict[str, Any]:
+    """A process's spans share one Resource: convert it once (the same dict is returned)."""
+    if resource is None:
+        return {}
+    if _resource_cache[0] is not resource:
+        _resource_cache[:] = [resource, plain_attributes(resource.attributes)]
+    return _resource_cache[1]
 
 
 def span_from_sdk(span: ReadableSpan) -> SpanRecord:
@@ -56,7 +83,7 @@ def span_from_sdk(span: ReadableSpan) -> SpanRecord:
             }
             for link in span.links
         ],
-        resource=plain_attributes(span.resource.attributes) if span.resource else {},
+        resource=_resource(span.resource),
         scope_name=scope.name if scope else None,
         scope_version=scope.version if scope else None,
     )
