@@ -87,7 +87,7 @@ class ReplayProcessor(SpanProcessor):
         max_spans, max_bytes, interval, rows = self._options
         self._queue = SpanQueue(max_spans, max_bytes)
         self._writer = CaptureWriter(self.store, self._queue, flush_interval_s=interval, flush_rows=rows,
-                                     is_marked=is_marked)
+                                     markers=MARKERS)
         self._wake = self._writer.wake
         self._writer.start()
 

@@ -14,7 +14,6 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,12 +58,12 @@ class CaptureWriter:
     """Owns the queue's consumer side and the store's writer for this process."""
 
     def __init__(self, root: Path, queue: SpanQueue, *, flush_interval_s: float, flush_rows: int,
-                 is_marked: Callable[[ReadableSpan], bool]) -> None:
+                 markers: frozenset[str]) -> None:
         self.root = root
         self.queue = queue
         self.flush_interval_s = flush_interval_s
         self.flush_rows = flush_rows
-        self._is_marked = is_marked
+        self._markers = markers
         self.wake = threading.Event()
         self._flush_waiters: list[threading.Event] = []
         self._waiters_lock = threading.Lock()
@@ -151,12 +150,13 @@ class CaptureWriter:
             self._pace()
             try:
                 if isinstance(item, ReadableSpan):
-                    record = span_from_sdk(item)
-                    if self._keep(item, record):
-                        spans.append(record)
-                else:
-                    log = log_from_sdk(item)
-                    self._pending_logs[id(log)] = (now, log)
+                    item = span_from_sdk(item)
+                if isinstance(item, SpanRecord):  # from the SDK, or decoded by the OTLP receiver
+                    if self._keep(item):
+                        spans.append(item)
+                    continue
+                log = item if isinstance(item, LogEvent) else log_from_sdk(item)
+                self._pending_logs[id(log)] = (now, log)
             except Exception as exc:  # noqa: BLE001 - a bad span is skipped, not fatal
                 self._count(f"unreadable span: {type(exc).__name__}")
         if not spans:
@@ -189,9 +189,9 @@ class CaptureWriter:
             self._builder.add(self._batch, item, now_ns)
         self.accepted += len(normalized)
 
-    def _keep(self, span: ReadableSpan, record: SpanRecord) -> bool:
-        """GenAI spans always; a plain root span only if its trace had GenAI spans."""
-        if self._is_marked(span):
+    def _keep(self, record: SpanRecord) -> bool:
+        """GenAI spans always; another span (a root, an ancestor) only if its trace had GenAI spans."""
+        if not self._markers.isdisjoint(record.attributes):
             self._genai_traces[record.trace_id] = None
             if len(self._genai_traces) > RECENT_TRACES:
                 self._genai_traces.popitem(last=False)
