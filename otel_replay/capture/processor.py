@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
 
 from opentelemetry.context import Context
@@ -19,6 +20,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from otel_replay.capture.queue import SpanQueue
 from otel_replay.capture.writer import CaptureWriter
 from otel_replay.normalize.content import CONTENT_EVENTS
+from otel_replay.normalize.records import LogEvent, SpanRecord
 from otel_replay.store.layout import default_root
 
 # A span is captured when it carries one of these keys (GenAI semconv, OpenInference, OpenLLMetry,
@@ -133,6 +135,20 @@ class ReplayProcessor(SpanProcessor):
                 self._queue.offer(record, size)
         except Exception:  # noqa: BLE001
             self.internal_errors += 1
+
+    def accept_records(self, spans: Sequence[SpanRecord], logs: Sequence[LogEvent] = ()) -> int:
+        """Queue already-decoded spans and log events (the OTLP receiver's path); returns how
+        many were refused because the queue was full (also counted in `dropped`)."""
+        if self._shutdown:
+            return len(spans) + len(logs)
+        refused = 0
+        for item in (*logs, *spans):  # logs first, so a span finds its events already waiting
+            size = _SPAN_OVERHEAD + _ATTRIBUTE_OVERHEAD * len(item.attributes)
+            if not self._queue.offer(item, size):
+                refused += 1
+        if len(self._queue) >= self._wake_at:
+            self._writer.wake.set()
+        return refused
 
     # -- counters ------------------------------------------------------------------------------
     @property
