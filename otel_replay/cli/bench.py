@@ -27,4 +27,17 @@ def bench_capture(quick: bool, json_path: Path | None) -> None:
         json_path.write_text(dumps(result, indent=2))
 
 
+@bench.command("import")
+@click.option("--quick", is_flag=True, help="500 traces instead of 10,000.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write results here.")
+def bench_import(quick: bool, json_path: Path | None) -> None:
+    """Import throughput (steps/s) per format on the same generated traces."""
+    from otel_replay.bench.imports import format_import_table, run_import_bench
+
+    result = run_import_bench(quick=quick)
+    click.echo(format_import_table(result))
+    if json_path:
+        json_path.write_text(dumps(result, indent=2))
+
+
 COMMANDS = [bench]

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from otel_replay.normalize.records import LogEvent, SpanRecord
 from otel_replay.normalize.sources import (
     jaeger,
@@ -65,6 +67,10 @@ def json_documents(path: Path) -> tuple[list[tuple[str, Any]], list[tuple[str, s
     """[(location, document)] from a JSON file or a JSON-lines file; bad lines are skipped."""
     text = _text(path)
     try:
+        return [(str(path), orjson.loads(text))], []
+    except orjson.JSONDecodeError:
+        pass  # orjson is strict (and fast); the json module below gives line/column and reads JSON lines
+    try:
         return [(str(path), json.loads(text))], []
     except RecursionError:
         raise UnreadableFile(f"{path}: JSON nested too deeply") from None
@@ -78,6 +84,11 @@ def json_documents(path: Path) -> tuple[list[tuple[str, Any]], list[tuple[str, s
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
+        try:
+            docs.append((f"{path}:{number}", orjson.loads(line)))
+            continue
+        except orjson.JSONDecodeError:
+            pass
         try:
             docs.append((f"{path}:{number}", json.loads(line)))
         except (json.JSONDecodeError, RecursionError) as exc:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 
 HEX = frozenset("0123456789abcdef")
+_HEX_ID = {width: re.compile(f"[0-9a-f]{{{width}}}") for width in (16, 32)}
 
 
 class BadId(ValueError):
@@ -19,6 +21,8 @@ def hex_id(value: object, width: int, field: str) -> str:
     elif isinstance(value, int) and not isinstance(value, bool):
         text = format(value, f"0{width}x")
     elif isinstance(value, str):
+        if _HEX_ID[width].fullmatch(value) and value != "0" * width:
+            return value  # the common case: already lowercase hex of the right width
         text = value.strip().lower()
         if len(text) != width or not set(text) <= HEX:
             try:
