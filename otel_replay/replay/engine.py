@@ -1,0 +1,389 @@
+"""The trace-driven replay engine: one rollout of a trajectory under a plan, as a pure function
+of (trajectory, plan, seed).
+
+It walks the recorded steps in order. A held step whose live inputs hash-match a recorded step
+of the same kind and name is served from the recording (a cassette keyed by kind + name +
+inputs hash, so a branching agent binds correctly). A changed output is carried downstream: the
+recorded message is replaced in every later history (by hash), a tool result by its tool-call id,
+and a tool call's arguments into the tool step. A step whose inputs changed is re-run by its
+policy even when held. The GenAI message protocol is the agent loop, so the engine also goes
+past the recording: a new tool call runs that tool's policy; an output without tool calls ends
+the run; tool calls after the recording's end keep the loop going up to `max_steps`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from otel_replay.normalize.messages import canonical_message, message_text
+from otel_replay.replay import policies as policy_registry
+from otel_replay.replay.plan import Action, ReplayPlan
+from otel_replay.replay.run import (
+    Message,
+    ReplayRun,
+    StepOutcome,
+    Unreplayable,
+    message_hash,
+    outputs_hash,
+)
+from otel_replay.trajectory import Step, Trajectory
+
+DEFAULT_MAX_STEPS = 64
+_REMOVED = object()
+
+
+@dataclass(frozen=True, slots=True)
+class LLMInputs:
+    """What an llm policy gets besides the recorded step: the live request."""
+
+    messages: list[Message]
+    system: list[dict[str, Any]] = field(default_factory=list)
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None
+
+
+class _Stop(Exception):
+    def __init__(self, why: Unreplayable) -> None:
+        super().__init__(str(why))
+        self.why = why
+
+
+def _calls(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    return [p for m in messages for p in m.get("parts", []) if isinstance(p, dict) and p.get("type") == "tool_call"]
+
+
+def _tool_message(call_id: str | None, result: Any) -> Message:
+    response = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+    part: dict[str, Any] = {"type": "tool_call_response", "response": response}
+    if call_id is not None:
+        part["id"] = call_id
+    return {"role": "tool", "parts": [part]}
+
+
+def _recorded_result(step: Step) -> Any:
+    for message in step.outputs:
+        for part in message.get("parts", []):
+            if part.get("type") == "tool_call_response":
+                return part.get("response")
+    return None
+
+
+def _recorded_arguments(step: Step) -> Any:
+    calls = _calls(step.inputs)
+    return calls[0].get("arguments") if calls else None
+
+
+def llm_output(value: Any, where: str) -> tuple[Message, ...]:
+    """An llm policy's (or do()'s) value as canonical output messages."""
+    if isinstance(value, str):
+        return ({"role": "assistant", "parts": [{"type": "text", "content": value}]},)
+    if isinstance(value, dict):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(m, dict) for m in value):
+        raise TypeError(f"{where} returned {type(value).__name__}; expected output messages "
+                        "(a list of {{role, parts}}), one message, or a string")
+    return tuple(canonical_message(m) for m in value)
+
+
+def _run_policy(fn: Any, *args: Any) -> Any:
+    result = fn(*args)
+    if inspect.isawaitable(result):  # an async policy, run on this thread's own loop
+        loop = asyncio.new_event_loop()
+        try:
+            return loop.run_until_complete(result)
+        finally:
+            loop.close()
+    return result
+
+
+class Replayer:
+    """One rollout. Use `replay()`; this class holds the rollout's state."""
+
+    def __init__(self, trajectory: Trajectory, plan: ReplayPlan, seed: int,
+                 registry: policy_registry.Registry, max_steps: int) -> None:
+        self.traj = trajectory
+        self.plan = plan
+        self.seed = seed
+        self.registry = registry
+        self.max_steps = max_steps
+        self.subst: dict[str, list[Message]] = {}
+        self.results: dict[str, Any] = {}  # recorded tool-call id -> (live id, response) or _REMOVED
+        self.live_out: dict[int, tuple[Message, ...]] = {}
+        self.live_in: dict[int, list[Message]] = {}
+        self.outcomes: list[StepOutcome] = []
+        self.policy_calls = 0
+        self.diverged_at: int | None = None
+        self.ended = False
+        self.truncated = False
+        self.source_of: dict[int, int] = {e.target: e.source for e in trajectory.edges if e.via == "tool_call"}
+        self.cassette: dict[tuple[str, str, str], list[Any]] = {}
+        for step in trajectory.steps:
+            payload = _recorded_arguments(step) if step.kind in ("tool", "retrieval") else step.inputs
+            key = (step.kind, step.name, self._key_of(step, payload))
+            self.cassette.setdefault(key, []).append(
+                _recorded_result(step) if step.kind in ("tool", "retrieval") else step.outputs)
+
+    # -- helpers ----------------------------------------------------------------------------------
+    @staticmethod
+    def _key_of(step: Step, payload: Any) -> str:
+        """Cassette key: a tool's arguments, or an llm call's whole request."""
+        if step.kind in ("tool", "retrieval"):
+            return outputs_hash([{"arguments": payload}])
+        return outputs_hash([{"system": list(step.system), "tools": list(step.tools), "messages": list(payload)}])
+
+    def _rng(self, position: int | str) -> random.Random:
+        return random.Random(f"{self.seed}:{position}")
+
+    def _stop(self, step: Step | None, cause: str, reason: str) -> _Stop:
+        return _Stop(Unreplayable(step.index if step else None, step.kind if step else "llm",
+                                  step.name if step else "", reason, cause))
+
+    def _policy(self, kind: str, step: Step) -> Any:
+        fn = self.registry.resolve(kind, step.tool_name or step.name, self.plan.model or step.model)
+        if fn is None:
+            hint = f'@policies.{kind}("{step.tool_name or step.name}")' if kind != "llm" else "@policies.llm"
+            raise self._stop(step, "missing-policy", f"no {kind} policy for {step.name!r}; register one with {hint}")
+        return fn
+
+    def _apply(self, messages: Sequence[Message], hashes: Sequence[str] = ()) -> list[Message]:
+        """Recorded messages with every upstream change carried in."""
+        if not self.subst and not self.results:
+            return list(messages)
+        out: list[Message] = []
+        for i, message in enumerate(messages):
+            digest = hashes[i] if i < len(hashes) else message_hash(message)
+            if digest in self.subst:
+                out.extend(self.subst[digest])
+                continue
+            parts = message.get("parts", [])
+            if self.results and any(p.get("type") == "tool_call_response" and p.get("id") in self.results for p in parts):
+                kept = []
+                for part in parts:
+                    live = self.results.get(part.get("id")) if part.get("type") == "tool_call_response" else None
+                    if live is None:
+                        kept.append(part)
+                    elif live is not _REMOVED:
+                        kept.append({**part, "id": live[0], "response": live[1]} if live[0] else
+                                    {k: v for k, v in {**part, "response": live[1]}.items() if k != "id"})
+                if kept:
+                    out.append({**message, "parts": kept})
+                continue
+            out.append(message)
+        return out
+
+    def _record(self, step: Step | None, source: str, inputs: Sequence[Message], outputs: Sequence[Message],
+                changed: bool, kind: str | None = None, name: str | None = None) -> None:
+        index = step.index if step is not None else None
+        if changed and index is not None and self.diverged_at is None:
+            self.diverged_at = index
+        self.outcomes.append(StepOutcome(index, kind or (step.kind if step else "llm"), name or (step.name if step else ""),
+                                         source, tuple(inputs), tuple(outputs), changed, outputs_hash(list(outputs))))
+
+    # -- the walk ---------------------------------------------------------------------------------
+    def run(self) -> ReplayRun:
+        unreplayable = None
+        try:
+            for step in self.traj.steps:
+                if self.ended:
+                    self._record(step, "skipped", (), (), True)
+                elif step.kind == "llm":
+                    self._llm(step)
+                elif step.kind in ("tool", "retrieval"):
+                    self._tool(step)
+                else:
+                    self._record(step, "recording", step.inputs, step.outputs, False)
+            if not self.ended:
+                self._continue_loop()
+        except _Stop as stop:
+            unreplayable = stop.why
+        return ReplayRun(self.traj.trace_id, self.plan.key(), self.seed, tuple(self.outcomes), self._final_output(),
+                         self.policy_calls, self.diverged_at, unreplayable, self.truncated)
+
+    def _final_output(self) -> str:
+        for outcome in reversed(self.outcomes):
+            if outcome.kind == "llm" and outcome.source != "skipped":
+                text = "".join(message_text(m) for m in outcome.outputs if m.get("role") == "assistant")
+                if text:
+                    return text
+        return ""
+
+    def _llm(self, step: Step) -> None:
+        intervention = self.plan.action(step.index)
+        live = self._apply(step.inputs, step.input_hashes)
+        self.live_in[step.index] = live
+        held = self.cassette.get((step.kind, step.name, self._key_of(step, live)))
+        if intervention.action in (Action.DO, Action.OBSERVE):
+            outputs, source = llm_output(intervention.value, f"do() for step {step.index}"), "forced"
+        elif intervention.action is Action.REMOVE:
+            outputs, source = (), "removed"
+        elif intervention.action is Action.HOLD and held and not self.plan.model:
+            outputs, source = held[0], "recording"
+        elif step.observation_only:
+            raise self._stop(step, "observation-only", "its content was not captured, so it cannot be re-decided")
+        else:
+            fn = self._policy("llm", step)
+            inputs = LLMInputs(live, list(step.system), list(step.tools), dict(step.request_params),
+                               self.plan.model or step.model)
+            outputs, source = self._call_llm(fn, step, inputs, step.index), "policy"
+        self.live_out[step.index] = outputs
+        changed = outputs_hash(list(outputs)) != outputs_hash(list(step.outputs))
+        self._record(step, source, live, outputs, changed)
+        if not changed:
+            return
+        extra = self._run_new_calls(step, outputs)
+        replacement = list(outputs) + extra
+        for i, digest in enumerate(step.output_hashes):
+            self.subst[digest] = replacement if i == 0 else []
+        if _calls(step.outputs) and not _calls(outputs):
+            self.ended = True  # the agent answers instead of calling a tool: the run ends here
+
+    def _call_llm(self, fn: Any, step: Step, inputs: LLMInputs, position: int | str) -> tuple[Message, ...]:
+        self.policy_calls += 1
+        try:
+            value = _run_policy(fn, step, inputs, self._rng(position))
+            return llm_output(value, f"the llm policy for step {step.index}")
+        except _Stop:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a policy failure marks the rollout, it does not crash it
+            raise self._stop(step, "policy-error", f"the llm policy raised {type(exc).__name__}: {exc}") from exc
+
+    def _bound_tool_steps(self, llm_index: int) -> list[Step]:
+        return [s for s in self.traj.steps if self.source_of.get(s.index) == llm_index]
+
+    def _run_new_calls(self, step: Step, outputs: Sequence[Message]) -> list[Message]:
+        """Tool calls the recording never made: run their policies now; their results follow the call."""
+        bound = self._bound_tool_steps(step.index)
+        taken = {self._live_call(s, outputs, consume=False)[1] for s in bound} - {None}
+        results = []
+        for n, call in enumerate(_calls(outputs)):
+            if id(call) in taken:
+                continue
+            results.append(self._run_tool_call(step, call, f"{step.index}.{n}"))
+        return results
+
+    def _run_tool_call(self, after: Step, call: dict[str, Any], position: str) -> Message:
+        name = str(call.get("name"))
+        template = next((s for s in self.traj.steps if s.kind == "tool" and s.tool_name == name), None)
+        probe = template or Step(index=None, span_id="", parent_span_id=None, kind="tool", operation="execute_tool",
+                                 name=name, status="unset", start_ns=None, end_ns=None, tool_name=name)
+        fn = self._policy("tool", probe)
+        result = self._call_tool(fn, probe, call.get("arguments"), position)
+        message = _tool_message(call.get("id"), result)
+        self._record(None, "policy", [{"role": "assistant", "parts": [call]}], [message], True, "tool", name)
+        return message
+
+    def _call_tool(self, fn: Any, step: Step, arguments: Any, position: int | str) -> Any:
+        self.policy_calls += 1
+        try:
+            result = _run_policy(fn, arguments, self._rng(position))
+        except Exception as exc:  # noqa: BLE001
+            raise self._stop(step, "policy-error", f"the tool policy raised {type(exc).__name__}: {exc}") from exc
+        try:
+            json.dumps(result)
+        except (TypeError, ValueError) as exc:
+            raise self._stop(step, "policy-error", f"the tool policy returned {type(result).__name__}, "
+                                                   "which is not a string or a JSON value") from exc
+        return result
+
+    def _live_call(self, step: Step, outputs: Sequence[Message] | None = None, consume: bool = True
+                   ) -> tuple[dict[str, Any] | None, int | None]:
+        """The live tool call a recorded tool step answers (by call id, else by name and order)."""
+        source = self.source_of.get(step.index)
+        if source is None:
+            return {"id": step.tool_call_id, "name": step.tool_name, "arguments": _recorded_arguments(step)}, None
+        live = outputs if outputs is not None else self.live_out.get(source)
+        if live is None:
+            return None, None
+        calls = _calls(live)
+        match = next((c for c in calls if step.tool_call_id and c.get("id") == step.tool_call_id), None)
+        if match is None:
+            same_name = [c for c in calls if c.get("name") == step.tool_name]
+            earlier = [s for s in self._bound_tool_steps(source) if s.tool_name == step.tool_name and s.index < step.index]
+            match = same_name[len(earlier)] if len(same_name) > len(earlier) else None
+        return match, (id(match) if match is not None else None)
+
+    def _tool(self, step: Step) -> None:
+        call, _ = self._live_call(step)
+        recorded_id = step.tool_call_id
+        if call is None:  # the model no longer makes this call: the step does not happen
+            self._drop_tool_output(step)
+            self._record(step, "skipped", (), (), True)
+            return
+        arguments = call.get("arguments")
+        inputs = [{"role": "assistant", "parts": [call]}]
+        intervention = self.plan.action(step.index)
+        held = self.cassette.get((step.kind, step.name, self._key_of(step, arguments)))
+        if intervention.action in (Action.DO, Action.OBSERVE):
+            result, source = intervention.value, "forced" if intervention.action is Action.DO else "observed"
+        elif intervention.action is Action.REMOVE:
+            self._drop_tool_output(step)
+            self._record(step, "removed", inputs, (), True)
+            return
+        elif intervention.action is Action.HOLD and held:
+            result, source = held[0], "recording"
+        elif step.observation_only:
+            raise self._stop(step, "observation-only", "its result was not captured, so it cannot be re-run")
+        else:
+            result, source = self._call_tool(self._policy(step.kind, step), step, arguments, step.index), "policy"
+        message = _tool_message(call.get("id"), result)
+        changed = outputs_hash([message]) != outputs_hash(list(step.outputs))
+        self._record(step, source, inputs, (message,), changed)
+        if changed:
+            for digest in step.output_hashes:
+                self.subst[digest] = [message]
+            if recorded_id is not None:
+                self.results[recorded_id] = (call.get("id"), message["parts"][0]["response"])
+
+    def _drop_tool_output(self, step: Step) -> None:
+        for digest in step.output_hashes:
+            self.subst[digest] = []
+        if step.tool_call_id is not None:
+            self.results[step.tool_call_id] = _REMOVED
+
+    def _continue_loop(self) -> None:
+        """Past the recording: keep the agent loop going while the model calls tools."""
+        llm_steps = [s for s in self.traj.steps if s.kind == "llm"]
+        if not llm_steps:
+            return
+        last = llm_steps[-1]
+        outputs = self.live_out.get(last.index, last.outputs)
+        if outputs_hash(list(outputs)) == outputs_hash(list(last.outputs)) or not _calls(outputs):
+            return
+        history = list(self.live_in.get(last.index, last.inputs)) + list(outputs)
+        history += [o.outputs[0] for o in self.outcomes if o.kind == "tool" and o.outputs
+                    and (o.index is None or self.source_of.get(o.index) == last.index)]
+        turn = 0
+        while len(self.outcomes) < self.max_steps:
+            inputs = LLMInputs(list(history), list(last.system), list(last.tools), dict(last.request_params),
+                               self.plan.model or last.model)
+            outputs = self._call_llm(self._policy("llm", last), last, inputs, f"past.{turn}")
+            self._record(None, "policy", history, outputs, True, "llm", last.name)
+            history += list(outputs)
+            calls = _calls(outputs)
+            if not calls:
+                return
+            for n, call in enumerate(calls):
+                history.append(self._run_tool_call(last, call, f"past.{turn}.{n}"))
+            turn += 1
+        self.truncated = True
+
+
+def replay(trajectory: Trajectory, plan: ReplayPlan | None = None, seed: int = 0, *,
+           policies: policy_registry.Registry | None = None, max_steps: int = DEFAULT_MAX_STEPS) -> ReplayRun:
+    """One rollout of `trajectory` under `plan` (default: factual), deterministic in `seed`."""
+    registry = policies if policies is not None else policy_registry.registry
+    return Replayer(trajectory, plan or ReplayPlan.factual(), seed, registry, max_steps).run()
+
+
+async def replay_async(trajectory: Trajectory, plan: ReplayPlan | None = None, seed: int = 0, *,
+                       policies: policy_registry.Registry | None = None, max_steps: int = DEFAULT_MAX_STEPS
+                       ) -> ReplayRun:
+    """`replay` on a worker thread, so neither sync nor async policies block the caller's event loop."""
+    return await asyncio.to_thread(replay, trajectory, plan, seed, policies=policies, max_steps=max_steps)

@@ -1,0 +1,72 @@
+"""What one rollout produced: `ReplayRun`, `StepOutcome`, `Unreplayable`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from otel_replay.normalize.messages import canonical_bytes, content_hash
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class StepOutcome:
+    """One step of a rollout. `index` is the recorded step's index (None past the recording)."""
+
+    index: int | None
+    kind: str
+    name: str
+    source: str  # recording, policy, forced, observed, removed, skipped
+    inputs: tuple[Message, ...]
+    outputs: tuple[Message, ...]
+    changed: bool  # the output differs from the recording (always true past the recording)
+    output_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unreplayable:
+    """Why a rollout could not be completed; it counts as neither a pass nor a fail."""
+
+    index: int | None
+    kind: str
+    name: str
+    reason: str
+    cause: str  # missing-policy, observation-only, policy-error
+
+    def __str__(self) -> str:
+        where = f"step {self.index}" if self.index is not None else "a step past the recording"
+        return f"{where} ({self.kind} {self.name}): {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRun:
+    trace_id: str
+    plan: str
+    seed: int
+    steps: tuple[StepOutcome, ...]
+    final_output: str
+    policy_calls: int
+    diverged_at: int | None
+    unreplayable: Unreplayable | None = None
+    truncated: bool = False  # stopped at max_steps while the agent still called tools
+
+    @property
+    def ok(self) -> bool:
+        return self.unreplayable is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @property
+    def digest(self) -> str:
+        """Content hash of the whole rollout: equal digests mean byte-identical runs."""
+        return content_hash(canonical_bytes(self.to_dict()))
+
+
+def message_hash(message: Message) -> str:
+    return content_hash(canonical_bytes(message))
+
+
+def outputs_hash(messages: tuple[Message, ...] | list[Message]) -> str:
+    return content_hash(canonical_bytes(list(messages)))
