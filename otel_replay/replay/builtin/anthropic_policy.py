@@ -1,0 +1,39 @@
+"""The built-in Anthropic llm policy factory (the `anthropic` SDK, imported lazily)."""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+from otel_replay.replay.builtin.wire import anthropic_tools, from_anthropic_content, to_anthropic
+from otel_replay.replay.engine import LLMInputs
+from otel_replay.trajectory import Step
+
+
+def anthropic_policy(base_url: str | None = None, api_key: str | None = None, model: str | None = None,
+                     temperature: float | None = None, client: Any = None) -> Any:
+    """An llm policy that sends the live request to the Anthropic Messages API."""
+    state: dict[str, Any] = {"client": client}
+
+    def chat(step: Step, inputs: LLMInputs, rng: random.Random) -> list[dict[str, Any]]:
+        if state["client"] is None:
+            try:
+                import anthropic
+            except ImportError as exc:
+                raise RuntimeError("the Anthropic policy needs the anthropic SDK: pip install 'otel-replay[anthropic]'") from exc
+            state["client"] = anthropic.Anthropic(base_url=base_url, api_key=api_key or os.environ.get("ANTHROPIC_API_KEY"))
+        system_from_messages, messages = to_anthropic(inputs.messages)
+        system = "\n".join(p.get("content", "") for p in inputs.system if p.get("type") == "text") or system_from_messages
+        request: dict[str, Any] = {"model": model or inputs.model or step.model or "claude-sonnet-4-5",
+                                   "max_tokens": int(inputs.params.get("max_tokens") or 1024), "messages": messages}
+        if system:
+            request["system"] = system
+        if inputs.tools:
+            request["tools"] = anthropic_tools(inputs.tools)
+        if temperature is not None or inputs.params.get("temperature") is not None:
+            request["temperature"] = temperature if temperature is not None else inputs.params["temperature"]
+        reply = state["client"].messages.create(**request)
+        return from_anthropic_content([block.model_dump() for block in reply.content])
+
+    return chat
