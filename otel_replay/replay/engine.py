@@ -273,10 +273,14 @@ class Replayer:
         template = next((s for s in self.traj.steps if s.kind == "tool" and s.tool_name == name), None)
         probe = template or Step(index=None, span_id="", parent_span_id=None, kind="tool", operation="execute_tool",
                                  name=name, status="unset", start_ns=None, end_ns=None, tool_name=name)
-        fn = self._policy("tool", probe)
-        result = self._call_tool(fn, probe, call.get("arguments"), position)
+        resampling = self.plan.resample_after is not None and (after.index or 0) >= self.plan.resample_after
+        held = None if resampling else self.cassette.get(("tool", name, self._key_of(probe, call.get("arguments"))))
+        if held:  # a call the recording made elsewhere, with the same arguments: bind to it
+            result, source = held[0], "recording"
+        else:
+            result, source = self._call_tool(self._policy("tool", probe), probe, call.get("arguments"), position), "policy"
         message = _tool_message(call.get("id"), result)
-        self._record(None, "policy", [{"role": "assistant", "parts": [call]}], [message], True, "tool", name)
+        self._record(None, source, [{"role": "assistant", "parts": [call]}], [message], True, "tool", name)
         return message
 
     def _call_tool(self, fn: Any, step: Step, arguments: Any, position: int | str) -> Any:

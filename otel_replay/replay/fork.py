@@ -44,10 +44,11 @@ def fork_spans(parent: Trajectory, run: ReplayRun, fork_step: int | None) -> lis
                         if parent_root else [],
                         resource={"service.name": parent.service_name or "otel-replay"}, scope_name="otel-replay.fork")]
     recorded = {s.index: s for s in parent.steps}
+    last_llm = next((s for s in reversed(parent.steps) if s.kind == "llm"), None)
     for n, outcome in enumerate(run.steps):
         if outcome.source == "skipped":
             continue
-        template = recorded.get(outcome.index)
+        template = recorded.get(outcome.index) or (last_llm if outcome.kind == "llm" else None)
         span_id = xxhash.xxh3_64_hexdigest(f"{trace_id}:{n}".encode())
         start = now + (n + 1) * 1000
         attrs: dict[str, object] = {"otel_replay.fork.source": outcome.source}

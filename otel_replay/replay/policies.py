@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, overload
@@ -97,7 +98,9 @@ def load_module(spec: str) -> None:
     """Import a module (or `module:function` taking the registry) so its policies register."""
     module_name, _, attr = spec.partition(":")
     try:
-        module = importlib.import_module(module_name)
+        # a module imported before registers again (its decorators run on import)
+        module = importlib.reload(sys.modules[module_name]) if module_name in sys.modules and not attr \
+            else importlib.import_module(module_name)
     except ImportError as exc:
         raise PolicyError(f"cannot import policies module {module_name!r}: {exc}") from exc
     if attr:

@@ -153,6 +153,6 @@ def register_policies(base_url: str, registry: Any = None) -> None:
     from otel_replay.replay.builtin.openai_policy import openai_policy
 
     target = registry or policies.registry
-    target.register("llm", None, openai_policy(base_url=base_url, api_key="sim"))
+    target.register("llm", None, openai_policy(base_url=base_url, api_key="sim", tools=TOOLS))
     for name, fn in TOOL_FUNCTIONS.items():
         target.register("tool", name, lambda arguments, rng, fn=fn: fn(**arguments))

@@ -6,13 +6,15 @@ import os
 import random
 from typing import Any
 
+from otel_replay.normalize.messages import canonical_tool_definitions
 from otel_replay.replay.builtin.wire import anthropic_tools, from_anthropic_content, to_anthropic
 from otel_replay.replay.engine import LLMInputs
 from otel_replay.trajectory import Step
 
 
 def anthropic_policy(base_url: str | None = None, api_key: str | None = None, model: str | None = None,
-                     temperature: float | None = None, client: Any = None) -> Any:
+                     temperature: float | None = None, client: Any = None,
+                     tools: list[dict[str, Any]] | None = None) -> Any:
     """An llm policy that sends the live request to the Anthropic Messages API."""
     state: dict[str, Any] = {"client": client}
 
@@ -29,8 +31,9 @@ def anthropic_policy(base_url: str | None = None, api_key: str | None = None, mo
                                    "max_tokens": int(inputs.params.get("max_tokens") or 1024), "messages": messages}
         if system:
             request["system"] = system
-        if inputs.tools:
-            request["tools"] = anthropic_tools(inputs.tools)
+        tool_defs = inputs.tools or canonical_tool_definitions(tools)
+        if tool_defs:
+            request["tools"] = anthropic_tools(tool_defs)
         if temperature is not None or inputs.params.get("temperature") is not None:
             request["temperature"] = temperature if temperature is not None else inputs.params["temperature"]
         reply = state["client"].messages.create(**request)

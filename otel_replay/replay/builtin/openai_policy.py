@@ -6,6 +6,7 @@ import os
 import random
 from typing import Any
 
+from otel_replay.normalize.messages import canonical_tool_definitions
 from otel_replay.replay.builtin.wire import from_openai_choice, openai_tools, to_openai
 from otel_replay.replay.engine import LLMInputs
 from otel_replay.trajectory import Step
@@ -14,7 +15,8 @@ SAMPLING = ("temperature", "top_p", "max_tokens", "frequency_penalty", "presence
 
 
 def openai_policy(base_url: str | None = None, api_key: str | None = None, model: str | None = None,
-                  temperature: float | None = None, client: Any = None) -> Any:
+                  temperature: float | None = None, client: Any = None,
+                  tools: list[dict[str, Any]] | None = None) -> Any:
     """An llm policy that sends the live request to an OpenAI-compatible chat-completions endpoint."""
     state: dict[str, Any] = {"client": client}
 
@@ -34,8 +36,9 @@ def openai_policy(base_url: str | None = None, api_key: str | None = None, model
         request.update({k: inputs.params[k] for k in SAMPLING if inputs.params.get(k) is not None})
         if temperature is not None:
             request["temperature"] = temperature
-        if inputs.tools:
-            request["tools"] = openai_tools(inputs.tools)
+        tool_defs = inputs.tools or canonical_tool_definitions(tools)
+        if tool_defs:
+            request["tools"] = openai_tools(tool_defs)
         reply = state["client"].chat.completions.create(**request)
         return from_openai_choice(reply.choices[0].message.model_dump(exclude_none=True))
 
