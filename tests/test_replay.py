@@ -300,3 +300,31 @@ def test_threads_can_replay_concurrently(loop):
     for t in threads:
         t.join()
     assert len(digests) == 1
+
+
+def test_policies_load_from_a_module_and_from_entry_points(tmp_path, monkeypatch, loop):
+    from otel_replay.replay import policies
+
+    (tmp_path / "shop_policies.py").write_text(
+        "from otel_replay import policies\n"
+        "@policies.tool('weather')\n"
+        "def weather(arguments, rng):\n    return '{\"sky\": \"from module\"}'\n"
+        "def register(registry):\n"
+        "    registry.register('llm', None, lambda step, inputs, rng: 'from entry point')\n")
+    dist = tmp_path / "shop_policies-1.0.dist-info"  # an installed distribution, as pip would leave it
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: shop-policies\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[otel_replay.policies]\nshop = shop_policies:register\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    policies.registry.clear()
+    try:
+        assert policies.load_entry_points() == ["shop"]
+        policies.load_module("shop_policies")
+        assert policies.registry.keys() == ["llm", "tool:weather"]
+        run = replay(loop, ReplayPlan.resample_from(1))  # the default registry
+        assert run.steps[1].outputs[0]["parts"][0]["response"] == '{"sky": "from module"}'
+        assert run.final_output == "from entry point"
+        with pytest.raises(policies.PolicyError, match="cannot import policies module"):
+            policies.load_module("no_such_policies_module")
+    finally:
+        policies.registry.clear()

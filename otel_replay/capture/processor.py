@@ -78,6 +78,7 @@ class ReplayProcessor(SpanProcessor):
         self._options = (max_queue_spans, max_queue_bytes, flush_interval_s, flush_rows)
         self._shutdown = False
         self.internal_errors = 0
+        self.refused_records = 0  # decoded records turned away whole (the sender retries them)
         self._start_writer()
         self._wake_at = min(2000, max_queue_spans // 2 or 1)
         self._pid = os.getpid()
@@ -137,18 +138,21 @@ class ReplayProcessor(SpanProcessor):
             self.internal_errors += 1
 
     def accept_records(self, spans: Sequence[SpanRecord], logs: Sequence[LogEvent] = ()) -> int:
-        """Queue already-decoded spans and log events (the OTLP receiver's path); returns how
-        many were refused because the queue was full (also counted in `dropped`)."""
+        """Queue already-decoded spans and log events (the OTLP receiver's path), all or none.
+
+        Returns how many were refused: 0, or all of them when the queue has no room for the whole
+        batch, so the receiver can answer "retry later" and the sender resends the batch intact.
+        """
+        count = len(spans) + len(logs)
         if self._shutdown:
-            return len(spans) + len(logs)
-        refused = 0
-        for item in (*logs, *spans):  # logs first, so a span finds its events already waiting
-            size = _SPAN_OVERHEAD + _ATTRIBUTE_OVERHEAD * len(item.attributes)
-            if not self._queue.offer(item, size):
-                refused += 1
+            return count
+        batch = [(item, _SPAN_OVERHEAD + _ATTRIBUTE_OVERHEAD * len(item.attributes)) for item in (*logs, *spans)]
+        if not self._queue.offer_all(batch):  # logs first, so a span finds its events already waiting
+            self.refused_records += count
+            return count
         if len(self._queue) >= self._wake_at:
             self._writer.wake.set()
-        return refused
+        return 0
 
     # -- counters ------------------------------------------------------------------------------
     @property

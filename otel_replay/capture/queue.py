@@ -40,6 +40,15 @@ class SpanQueue:
         self.bytes_in += size
         return len(items)
 
+    def offer_all(self, items: list[tuple[Any, int]]) -> bool:
+        """Append every item or none (a batch a sender can retry whole); a refusal is not a drop."""
+        total = sum(size for _, size in items)
+        if len(self._items) + len(items) > self.max_items or self.bytes_in - self.bytes_out + total > self.max_bytes:
+            return False
+        self._items.extend(items)
+        self.bytes_in += total
+        return True
+
     def take(self, limit: int) -> list[Any]:
         """Pop up to `limit` items (consumer side only)."""
         out = []

@@ -21,7 +21,7 @@ _HINTS: tuple[tuple[str, str], ...] = (
 GENERIC = (
     "turn on message content capture in the instrumentation (for OpenTelemetry GenAI packages: "
     "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_and_event); content sent as log events "
-    "also needs ReplayLogProcessor on the LoggerProvider"
+    "also needs ReplayLogProcessor on the LoggerProvider, or the logs sent to `otel-replay collect` (/v1/logs)"
 )
 
 

@@ -1,0 +1,214 @@
+"""`OtlpReceiver`: OTLP/HTTP and OTLP/gRPC endpoints for traces and logs (`otel-replay collect`).
+
+A request is decoded on its own thread and handed to one `ReplayProcessor`, whose writer stores
+it exactly like live capture. Every request is bounded (body size, decompressed size, read
+time); a bad one gets an error status and the servers keep serving.
+"""
+
+from __future__ import annotations
+
+import hmac
+import threading
+import time
+from concurrent import futures
+from pathlib import Path
+from typing import Any, NoReturn
+
+import grpc
+from google.protobuf.message import Message
+from google.rpc.error_details_pb2 import RetryInfo
+from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
+from otel_replay.capture.processor import ReplayProcessor
+from otel_replay.capture.receiver_decode import (
+    LOGS,
+    NOUNS,
+    TRACES,
+    RequestError,
+    export_response,
+    records_from_proto,
+    summary,
+)
+from otel_replay.capture.receiver_http import RETRY_AFTER_S, HttpServer
+
+TOKEN_ENV = "OTEL_REPLAY_COLLECT_TOKEN"
+"""Bearer token clients must send (`Authorization: Bearer <token>`); default: none required."""
+DEFAULT_MAX_BODY_MB = 16.0
+READ_TIMEOUT_S = 10.0  # a client that sends nothing for this long loses its connection
+MAX_CONCURRENT_RPCS = 64  # more gRPC calls at once get RESOURCE_EXHAUSTED instead of a queue
+
+
+class ReceiverError(Exception):
+    """The receiver could not start: a port in use or an option out of range."""
+
+
+# -- the receiver --------------------------------------------------------------------------------
+class OtlpReceiver:
+    """OTLP/HTTP and OTLP/gRPC receiver for traces and logs, writing to an otel-replay store.
+
+    :param store: store directory (what `ReplayProcessor` writes to).
+    :param host: address both servers bind; 127.0.0.1 unless you mean to expose them.
+    :param http_port: OTLP/HTTP port (4318); 0 picks a free one (see `http_port` after `start`).
+    :param grpc_port: OTLP/gRPC port (4317); 0 picks a free one.
+    :param token: bearer token every request must carry; None accepts any request.
+    :param max_body_mb: largest request body, compressed or not, in MB.
+    :param read_timeout_s: a client that sends nothing for this long is disconnected.
+    :param processor: the `ReplayProcessor` to feed instead of a new one on `store` (to size its
+        queue, or to share it); `stop` shuts it down either way.
+    """
+
+    def __init__(self, store: str | Path, *, host: str = "127.0.0.1", http_port: int = 4318,
+                 grpc_port: int = 4317, token: str | None = None, max_body_mb: float = DEFAULT_MAX_BODY_MB,
+                 read_timeout_s: float = READ_TIMEOUT_S, processor: ReplayProcessor | None = None) -> None:
+        if not 0 < max_body_mb <= 2047:
+            raise ReceiverError(f"--max-body-mb must be between 0 and 2047, got {max_body_mb}")
+        for name, port in (("--http-port", http_port), ("--grpc-port", grpc_port)):
+            if not 0 <= port <= 65535:
+                raise ReceiverError(f"{name} must be between 0 and 65535, got {port}")
+        self.store = Path(store)
+        self.host, self.http_port, self.grpc_port = host, http_port, grpc_port
+        self.max_body = int(max_body_mb * 1024 * 1024)
+        self.read_timeout_s = read_timeout_s
+        self._token = token.encode() if token else None
+        self.counts = {f"{what}_{signal}": 0 for what in ("accepted", "refused", "malformed") for signal in (TRACES, LOGS)}
+        """Records accepted, refused because the queue was full, and malformed, per signal."""
+        self.processor = processor
+        self._lock = threading.Lock()  # one producer at a time: the queue's counters are not atomic
+        self._closing = False
+        self._http: HttpServer | None = None
+        self._http_thread: threading.Thread | None = None
+        self._grpc: grpc.Server | None = None
+
+    @property
+    def http_endpoint(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.http_port}"
+
+    @property
+    def grpc_endpoint(self) -> str:
+        return f"{f'[{self.host}]' if ':' in self.host else self.host}:{self.grpc_port}"
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> OtlpReceiver:
+        """Open the store's writer and both servers; returns once both listen."""
+        if self.processor is None:
+            self.processor = ReplayProcessor(self.store)
+        try:
+            self._http = HttpServer(self)
+        except OSError as exc:
+            self._cannot_listen("OTLP/HTTP", self.http_endpoint, exc.strerror or str(exc), "--http-port")
+        self.http_port = self._http.server_address[1]
+        try:
+            self._grpc = self._make_grpc_server()
+        except RuntimeError:  # grpc says only "Failed to bind" (and logs why)
+            self._cannot_listen("OTLP/gRPC", self.grpc_endpoint, "address in use or not available", "--grpc-port")
+        self._http_thread = threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.1},
+                                             name="otel-replay-collect-http", daemon=True)
+        self._http_thread.start()
+        self._grpc.start()
+        return self
+
+    def _cannot_listen(self, what: str, where: str, why: str, flag: str) -> NoReturn:
+        self.stop(5)
+        raise ReceiverError(f"cannot listen for {what} on {where} ({why}); is another collector running? "
+                            f"Pick another port with {flag} (0: any free port) or --host") from None
+
+    def _make_grpc_server(self) -> grpc.Server:
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="otel-replay-collect-grpc"),
+                             options=[("grpc.max_receive_message_length", self.max_body), ("grpc.so_reuseport", 0)],
+                             maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(self), server)
+        logs_service_pb2_grpc.add_LogsServiceServicer_to_server(_LogsService(self), server)
+        self.grpc_port = server.add_insecure_port(f"{self.grpc_endpoint}")
+        return server
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Write everything accepted so far; False if that took longer than the timeout."""
+        return self.processor is not None and self.processor.force_flush(int(timeout_s * 1000))
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop both servers, then write everything accepted, within the timeout."""
+        deadline = time.monotonic() + timeout_s
+        if self._grpc is not None:
+            self._grpc.stop(min(2.0, timeout_s / 4)).wait(max(deadline - time.monotonic(), 0))
+        if self._http is not None:
+            if self._http_thread is not None:  # shutdown() waits for serve_forever, so only if it runs
+                self._http.shutdown()
+            self._http.server_close()
+        with self._lock:  # a request still in flight now gets 503 / UNAVAILABLE
+            self._closing = True
+        if self.processor is not None:
+            self.processor.shutdown(int(max(deadline - time.monotonic(), 0) * 1000))
+
+    def __enter__(self) -> OtlpReceiver:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- shared by both transports -------------------------------------------------------------
+    def authorized(self, header: str | None) -> bool:
+        """Whether an `Authorization` header carries the token (always, when none is configured)."""
+        if self._token is None:
+            return True
+        scheme, _, credentials = (header or "").strip().partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), self._token)
+
+    def ingest(self, signal: str, records: list[Any], errors: list[str]) -> tuple[int, str]:
+        """Queue decoded records; returns (rejected, message) for `partial_success`.
+
+        Raises RequestError when nothing could be taken: every record malformed (400), the queue
+        full (503) or the receiver stopping (503).
+        """
+        noun = NOUNS[signal]
+        if errors and not records:
+            raise RequestError(400, grpc.StatusCode.INVALID_ARGUMENT,
+                               f"every {noun} is malformed: {summary(errors)}")
+        with self._lock:
+            if self._closing or self.processor is None:
+                raise RequestError(503, grpc.StatusCode.UNAVAILABLE, "the receiver is shutting down", retry=True)
+            spans, logs = (records, ()) if signal == TRACES else ((), records)
+            refused = self.processor.accept_records(spans, logs) if records else 0
+            self.counts[f"accepted_{signal}"] += len(records) - refused
+            self.counts[f"refused_{signal}"] += refused
+            self.counts[f"malformed_{signal}"] += len(errors)
+        if records and refused == len(records):
+            raise RequestError(503, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                               "the receiver's queue is full (the store is not keeping up); retry later", retry=True)
+        parts = [f"{len(errors)} malformed {noun}(s) skipped: {summary(errors)}"] if errors else []
+        if refused:
+            parts.append(f"{refused} {noun}(s) refused: the receiver's queue is full")
+        return len(errors) + refused, "; ".join(parts)
+
+
+# -- gRPC --------------------------------------------------------------------------------------
+def _grpc_export(receiver: OtlpReceiver, signal: str, request: Message, context: grpc.ServicerContext) -> Message:
+    metadata = dict(context.invocation_metadata())
+    if not receiver.authorized(metadata.get("authorization")):
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (authorization metadata)")
+    try:
+        records, errors = records_from_proto(signal, request)
+        return export_response(signal, *receiver.ingest(signal, records, errors))
+    except RequestError as exc:
+        if exc.retry:
+            info = RetryInfo()
+            info.retry_delay.seconds = RETRY_AFTER_S
+            context.set_trailing_metadata((("google.rpc.retryinfo-bin", info.SerializeToString()),))
+        context.abort(exc.code, exc.message)
+
+
+class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+    def __init__(self, receiver: OtlpReceiver) -> None:
+        self.receiver = receiver
+
+    def Export(self, request: Message, context: grpc.ServicerContext) -> Message:  # noqa: N802 - gRPC name
+        return _grpc_export(self.receiver, TRACES, request, context)
+
+
+class _LogsService(logs_service_pb2_grpc.LogsServiceServicer):
+    def __init__(self, receiver: OtlpReceiver) -> None:
+        self.receiver = receiver
+
+    def Export(self, request: Message, context: grpc.ServicerContext) -> Message:  # noqa: N802 - gRPC name
+        return _grpc_export(self.receiver, LOGS, request, context)

@@ -1,0 +1,47 @@
+"""The receiver benchmark runs end to end in quick mode and reports every metric.
+
+Timing thresholds are never asserted: the machines are shared and noisy.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from otel_replay.bench.receiver import METRICS, format_receiver_table, run_receiver_bench
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return run_receiver_bench(quick=True, store_dir=tmp_path_factory.mktemp("bench"))
+
+
+def test_every_metric_is_reported_with_its_target_and_baseline(result: dict) -> None:
+    assert set(result["metrics"]) == set(METRICS)
+    for key, (label, unit, target, op) in METRICS.items():
+        metric = result["metrics"][key]
+        assert (metric["label"], metric["unit"], metric["target"], metric["op"]) == (label, unit, target, op)
+        assert metric["passed"] in ((None,) if target is None else (True, False)), key
+        for field in ("receiver", "baseline", "ratio_vs_baseline"):
+            assert isinstance(metric[field], float) and math.isfinite(metric[field]) and metric[field] > 0, (key, field)
+
+
+def test_the_run_did_what_it_claims(result: dict) -> None:
+    assert result["quick"] is True and "discards" in result["baseline"]
+    assert len(result["rounds"]) == result["sizes"]["rounds"]
+    for round_ in result["rounds"]:
+        assert 0 < round_["received_s"] <= round_["stored_s"] and round_["baseline_s"] > 0
+    assert result["request_bytes_per_round"] > result["sizes"]["spans"] * result["payload_bytes_per_span"] * 0.8
+    assert json.loads(json.dumps(result))["metrics"].keys() == result["metrics"].keys()
+
+
+def test_table_names_every_metric_and_both_servers(result: dict) -> None:
+    table = format_receiver_table(result)
+    for label, *_ in METRICS.values():
+        assert label in table
+    assert "OtlpReceiver" in table and result["baseline"] in table
+    assert "pass" in table or "FAIL" in table
+    header, rule = table.splitlines()[:2]
+    assert header.startswith("| metric") and set(rule) <= {"|", "-"}
