@@ -40,4 +40,17 @@ def bench_import(quick: bool, json_path: Path | None) -> None:
         json_path.write_text(dumps(result, indent=2))
 
 
+@bench.command("receiver")
+@click.option("--quick", is_flag=True, help="Small sizes, a few seconds (numbers are noisier).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write results here.")
+def bench_receiver(quick: bool, json_path: Path | None) -> None:
+    """OTLP/HTTP receiver throughput from one client, against a server that discards the body."""
+    from otel_replay.bench.receiver import format_receiver_table, run_receiver_bench
+
+    result = run_receiver_bench(quick=quick)
+    click.echo(format_receiver_table(result))
+    if json_path:
+        json_path.write_text(dumps(result, indent=2))
+
+
 COMMANDS = [bench]
