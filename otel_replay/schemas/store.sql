@@ -80,3 +80,60 @@ CREATE TABLE capture_stats (
     skipped           BIGINT NOT NULL,
     skip_reasons      VARCHAR            -- JSON object reason -> count
 );
+
+-- Attribution jobs: one row per state change of a job (the newest row is the job's state).
+CREATE TABLE job_rows (
+    job_id            VARCHAR NOT NULL,
+    created_ns        BIGINT NOT NULL,
+    updated_ns        BIGINT NOT NULL,
+    status            VARCHAR NOT NULL,  -- running, done, partial (budget exhausted), failed
+    params            VARCHAR NOT NULL,  -- JSON: traces, verifier, method, rollouts, seed, ...
+    traces            BIGINT NOT NULL,
+    traces_done       BIGINT NOT NULL,
+    rollouts_done     BIGINT NOT NULL,
+    policy_calls      BIGINT NOT NULL,
+    message           VARCHAR
+);
+
+-- One row per rollout: a pure function of (trace, plan, seed), so a resumed job skips those it has.
+CREATE TABLE rollout_rows (
+    job_id            VARCHAR NOT NULL,
+    trace_id          VARCHAR NOT NULL,
+    plan              VARCHAR NOT NULL,  -- ReplayPlan.key()
+    step_index        BIGINT,            -- the step the plan is about (NULL: factual)
+    role              VARCHAR NOT NULL,  -- held, resampled, factual, repair, shapley
+    rollout           BIGINT NOT NULL,   -- index within (job, trace, plan)
+    seed              BIGINT NOT NULL,
+    score             DOUBLE,            -- verifier score in [0, 1]; NULL when unreplayable
+    failed            BOOLEAN,           -- score below the threshold; NULL when unreplayable
+    unreplayable      BOOLEAN NOT NULL,
+    reason            VARCHAR,
+    policy_calls      BIGINT NOT NULL,
+    diverged_at       BIGINT,
+    duration_ms       DOUBLE NOT NULL,
+    final_output      VARCHAR,
+    digest            VARCHAR NOT NULL,
+    detail            VARCHAR            -- JSON: e.g. the culprit step's output in this rollout
+);
+
+-- Attribution results: one row per (job, trace, step).
+CREATE TABLE result_rows (
+    job_id            VARCHAR NOT NULL,
+    trace_id          VARCHAR NOT NULL,
+    step_index        BIGINT NOT NULL,
+    span_id           VARCHAR NOT NULL,
+    name              VARCHAR NOT NULL,
+    kind              VARCHAR NOT NULL,
+    agent_name        VARCHAR,
+    method            VARCHAR NOT NULL,  -- contrastive, shapley
+    estimate          DOUBLE,
+    ci_low            DOUBLE,
+    ci_high           DOUBLE,
+    fail_held         DOUBLE,            -- P(fail | steps <= i held)
+    fail_resampled    DOUBLE,            -- P(fail | steps < i held, i re-decided)
+    n_held            BIGINT,
+    n_resampled       BIGINT,
+    verdict           VARCHAR NOT NULL,  -- decisive, contributing, locked-in, no effect, observation-only, unreplayable, not scored
+    culprit           BOOLEAN NOT NULL,
+    rank              BIGINT
+);

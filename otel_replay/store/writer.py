@@ -47,3 +47,10 @@ def write_batch(root: Path, batch: RowBatch) -> list[Path]:
 def write_stats(root: Path, stats: dict[str, Any]) -> Path:
     row = {"written_ns": time.time_ns(), **stats}
     return write_segment(root, "capture_stats", day_of(None), to_arrow([row], "capture_stats"))
+
+
+def write_rows(root: Path, table: str, rows: list[dict[str, Any]]) -> Path | None:
+    """Append rows to one of the job tables as one segment (today's partition)."""
+    if not rows:
+        return None
+    return write_segment(root, table, day_of(None), to_arrow(rows, table))

@@ -66,3 +66,30 @@ SELECT host, pid, written_ns, accepted, dropped_queue_full, skipped, skip_reason
 
 -- name: existing_span_ids
 SELECT DISTINCT trace_id, span_id FROM span_rows WHERE trace_id IN (SELECT unnest(?::VARCHAR[]));
+
+-- name: job_rollouts
+SELECT * FROM rollouts WHERE job_id = ?;
+
+-- name: job_state
+SELECT * FROM jobs WHERE job_id = ?;
+
+-- name: list_jobs
+SELECT job_id, make_timestamp(created_ns // 1000) AS created, status, traces, traces_done, rollouts_done,
+       policy_calls, message
+FROM jobs ORDER BY created_ns DESC LIMIT ?;
+
+-- name: job_results
+SELECT * FROM results WHERE job_id = ? AND trace_id = ? ORDER BY method, step_index;
+
+-- name: aggregate_by_step_name
+-- The systematic weak step across failing runs: how often each step name is the culprit.
+SELECT name, kind,
+       count(DISTINCT trace_id) AS traces,
+       count(*) FILTER (WHERE culprit) AS culprit_in,
+       round(100.0 * count(*) FILTER (WHERE culprit) / count(DISTINCT trace_id), 1) AS culprit_pct,
+       round(avg(estimate), 3) AS mean_effect,
+       round(max(estimate), 3) AS max_effect
+FROM results
+WHERE method = 'contrastive' AND (? IS NULL OR job_id = ?)
+GROUP BY name, kind
+ORDER BY culprit_in DESC, mean_effect DESC NULLS LAST;

@@ -110,3 +110,24 @@ SELECT host, pid,
        arg_max(skip_reasons, written_ns) AS skip_reasons
 FROM capture_stats
 GROUP BY host, pid;
+
+-- name: jobs
+-- Each attribution job's latest state.
+CREATE OR REPLACE TEMP VIEW jobs AS
+SELECT * EXCLUDE (rn) FROM (
+    SELECT *, row_number() OVER (PARTITION BY job_id ORDER BY updated_ns DESC) AS rn FROM job_rows
+) WHERE rn = 1;
+
+-- name: rollouts
+-- One row per rollout (a rollout written twice by a crash-and-resume counts once).
+CREATE OR REPLACE TEMP VIEW rollouts AS
+SELECT * EXCLUDE (rn) FROM (
+    SELECT *, row_number() OVER (PARTITION BY job_id, trace_id, plan, rollout ORDER BY digest) AS rn FROM rollout_rows
+) WHERE rn = 1;
+
+-- name: results
+CREATE OR REPLACE TEMP VIEW results AS
+SELECT * EXCLUDE (rn) FROM (
+    SELECT *, row_number() OVER (PARTITION BY job_id, trace_id, step_index, method ORDER BY culprit DESC) AS rn
+    FROM result_rows
+) WHERE rn = 1;

@@ -1,0 +1,213 @@
+"""Attribution jobs: one or many traces, resumable, concurrent, budgeted; everything is rows.
+
+A job's rollouts, results and state are Parquet segments in the store (tables `rollout_rows`,
+`result_rows`, `job_rows`), so estimates and aggregates are SQL, and a job killed mid-way
+resumes by skipping the rollouts it already has (each is a pure function of trace, plan, seed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from otel_replay.attribution import repair as repair_search
+from otel_replay.attribution import verifiers
+from otel_replay.attribution.contrastive import ContrastiveScan, ScanOptions, StepEstimate
+from otel_replay.attribution.result import AttributionResult, explain, step_rows
+from otel_replay.attribution.rollouts import Budget, RolloutRunner, RolloutSpec
+from otel_replay.replay import ReplayPlan
+from otel_replay.replay.policies import Registry
+from otel_replay.store import queries
+from otel_replay.store.writer import write_rows
+from otel_replay.trajectory import Store, Trajectory
+
+FLUSH_ROWS = 200
+
+
+class AttributionError(Exception):
+    """The job cannot run: a passing run without --credit, an unknown trace, a bad verifier."""
+
+
+@dataclass(slots=True)
+class JobParams:
+    trace_ids: list[str]
+    verifier: str  # how to rebuild it: "module:fn", "contains:TEXT", "regex:RE", "json-schema:FILE"
+    threshold: float = 0.5
+    method: str = "contrastive"  # contrastive, shapley, both
+    rollouts: int = 30
+    adaptive: bool = False
+    target_width: float = 0.3
+    full: bool = False
+    repair: bool = False
+    concurrency: int = 4
+    max_policy_calls: int | None = None
+    seed: int = 0
+    credit: bool = False
+    policies: str | None = None
+    shapley_permutations: int = 20
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+def build_verifier(spec: str) -> verifiers.Verifier:
+    kind, _, value = spec.partition(":")
+    if kind == "contains":
+        return verifiers.expect_contains(value)
+    if kind == "regex":
+        return verifiers.expect_regex(value)
+    if kind == "json-schema":
+        return verifiers.expect_json_schema(Path(value))
+    return verifiers.load(spec)
+
+
+def new_job_id() -> str:
+    return "j" + os.urandom(6).hex()
+
+
+@dataclass(slots=True)
+class JobProgress:
+    rollouts: int = 0
+    policy_calls: int = 0
+    leading: str = ""
+    trace: str = ""
+    traces_done: int = 0
+
+
+@dataclass
+class Job:
+    store: Store
+    params: JobParams
+    registry: Registry
+    job_id: str = field(default_factory=new_job_id)
+    on_progress: Callable[[JobProgress], None] | None = None
+    created_ns: int = field(default_factory=time.time_ns)
+
+    def __post_init__(self) -> None:
+        self.verifier = build_verifier(self.params.verifier)
+        self.progress = JobProgress()
+        self.budget = Budget(self.params.max_policy_calls)
+        self._pending: list[dict[str, Any]] = []
+
+    # -- storage ----------------------------------------------------------------------------------
+    def _state(self, status: str, message: str | None = None) -> None:
+        write_rows(self.store.root, "job_rows", [{
+            "job_id": self.job_id, "created_ns": self.created_ns, "updated_ns": time.time_ns(), "status": status,
+            "params": self.params.to_json(), "traces": len(self.params.trace_ids),
+            "traces_done": self.progress.traces_done, "rollouts_done": self.progress.rollouts,
+            "policy_calls": self.budget.spent, "message": message}])
+
+    def _on_row(self, row: dict[str, Any]) -> None:
+        self._pending.append(row)
+        self.progress.rollouts += 1
+        self.progress.policy_calls = self.budget.spent
+        if len(self._pending) >= FLUSH_ROWS:
+            self._flush()
+        if self.on_progress:
+            self.on_progress(self.progress)
+
+    def _flush(self) -> None:
+        rows, self._pending = self._pending, []
+        write_rows(self.store.root, "rollout_rows", rows)
+
+    def _finished_rollouts(self) -> dict[tuple[str, str, int], dict[str, Any]]:
+        con = self.store.connect()
+        try:
+            rows = con.sql(queries.query("job_rollouts"), params=[self.job_id]).to_arrow_table().to_pylist()
+        finally:
+            con.close()
+        return {(r["trace_id"], r["plan"], r["rollout"]): r for r in rows}
+
+    # -- the work ---------------------------------------------------------------------------------
+    def run(self) -> list[AttributionResult]:
+        self.store.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        done = self._finished_rollouts()
+        self.budget.spent = sum(r["policy_calls"] for r in done.values())
+        self.progress.rollouts = len(done)
+        self._state("running")
+        results = []
+        try:
+            for trace_id in self.params.trace_ids:
+                self.progress.trace = trace_id
+                runner = RolloutRunner(self.job_id, self.registry, self.verifier, self.params.threshold,
+                                       self.params.seed, self.params.concurrency, self.budget, self.params.credit,
+                                       on_row=self._on_row)
+                runner.done = {k: v for k, v in done.items() if k[0] == trace_id}
+                results.append(self.attribute(self.store.trajectory(trace_id), runner))
+                self.progress.traces_done += 1
+                self._flush()
+                self._state("running")
+        except BaseException as exc:
+            self._flush()
+            self._state("failed", f"{type(exc).__name__}: {exc}"[:500])
+            raise
+        status = "partial" if self.budget.exhausted else "done"
+        self._state(status, "the policy-call budget ran out; results are partial" if status == "partial" else None)
+        return results
+
+    def attribute(self, trajectory: Trajectory, runner: RolloutRunner) -> AttributionResult:
+        p = self.params
+        factual = runner.run(trajectory, [RolloutSpec(ReplayPlan.factual(), None, "factual", 0)])
+        if not factual or factual[0]["unreplayable"]:
+            raise AttributionError(f"trace {trajectory.trace_id} cannot be replayed factually: "
+                                   f"{factual[0]['reason'] if factual else 'budget exhausted'}")
+        recorded_score = factual[0]["score"]
+        if not factual[0]["failed"]:
+            raise AttributionError(
+                f"trace {trajectory.trace_id} {'failed' if p.credit else 'passed'} the verifier (score "
+                f"{recorded_score:.2f}, threshold {p.threshold}); attributing a "
+                f"{'failing' if p.credit else 'passing'} run is an error"
+                + ("" if p.credit else " (use --credit to find which step secured the success)"))
+        scan = ContrastiveScan(trajectory, runner, ScanOptions(rollouts=p.rollouts, adaptive=p.adaptive,
+                                                               target_width=p.target_width, full=p.full),
+                               on_step=lambda est: self._lead(trajectory, est))
+        estimates = scan.run() if p.method in ("contrastive", "both") else []
+        rows = step_rows(trajectory, estimates) if estimates else []
+        culprit = next((r for r in rows if r["culprit"]), None)
+        shapley: list[dict[str, Any]] = []
+        if p.method in ("shapley", "both"):
+            from otel_replay.attribution.shapley import shapley_values
+
+            shapley = shapley_values(trajectory, runner, scan.resamplable, p.shapley_permutations)
+        repair = None
+        if p.repair and culprit is not None:
+            tried = repair_search.search(trajectory, runner, culprit["index"], scan.resamplable,
+                                         scan.held_rows(culprit["index"]), max(10, p.rollouts // 2))
+            repair = tried[0] if tried else None
+        verdict = ("partial" if self.budget.exhausted else "culprit-found" if culprit else
+                   "unreplayable" if rows and all(r["verdict"] in ("unreplayable", "observation-only", "no policy")
+                                                   for r in rows) else "no-culprit")
+        result = AttributionResult(
+            job_id=self.job_id, trace_id=trajectory.trace_id, method=p.method, verdict=verdict,
+            recorded_score=recorded_score, threshold=p.threshold, credit=p.credit, steps=rows, culprit=culprit,
+            rollouts=sum(1 for r in runner.done.values()), policy_calls=sum(r["policy_calls"] for r in runner.done.values()),
+            repair=asdict(repair) if repair else None,
+            explanation=explain(trajectory, rows, culprit, repair, recorded_score, p.credit),
+            adaptive=p.adaptive, shapley=shapley)
+        self._write_results(trajectory, result)
+        return result
+
+    def _lead(self, trajectory: Trajectory, est: StepEstimate) -> None:
+        if est.estimate is not None:
+            self.progress.leading = f"step {est.index} ({trajectory.step(est.index).name}) {est.estimate:+.2f}"
+
+    def _write_results(self, trajectory: Trajectory, result: AttributionResult) -> None:
+        rows = [{
+            "job_id": self.job_id, "trace_id": trajectory.trace_id, "step_index": r["index"], "span_id": r["span_id"],
+            "name": r["name"], "kind": r["kind"], "agent_name": r["agent"], "method": "contrastive",
+            "estimate": r["estimate"], "ci_low": r["ci_low"], "ci_high": r["ci_high"], "fail_held": r["fail_held"],
+            "fail_resampled": r["fail_resampled"], "n_held": r["n_held"], "n_resampled": r["n_resampled"],
+            "verdict": r["verdict"], "culprit": r["culprit"], "rank": r["rank"]} for r in result.steps]
+        rows += [{
+            "job_id": self.job_id, "trace_id": trajectory.trace_id, "step_index": s["index"],
+            "span_id": trajectory.step(s["index"]).span_id, "name": trajectory.step(s["index"]).name,
+            "kind": trajectory.step(s["index"]).kind, "agent_name": trajectory.step(s["index"]).agent,
+            "method": "shapley", "estimate": s["value"], "ci_low": s["ci_low"], "ci_high": s["ci_high"],
+            "fail_held": None, "fail_resampled": None, "n_held": s["samples"], "n_resampled": None,
+            "verdict": s["verdict"], "culprit": False, "rank": s["rank"]} for s in result.shapley]
+        write_rows(self.store.root, "result_rows", rows)
