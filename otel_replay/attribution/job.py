@@ -66,6 +66,24 @@ def build_verifier(spec: str) -> verifiers.Verifier:
     return verifiers.load(spec)
 
 
+def select_traces(store: Store, predicate: str) -> list[str]:
+    """Trace ids matching a SQL predicate over the `traces` view (the user's own SQL, like `otel-replay sql`)."""
+    rows = store.sql(f"SELECT trace_id FROM traces WHERE {predicate} ORDER BY start_ns")  # noqa: S608
+    return rows.column("trace_id").to_pylist()
+
+
+def load_params(store: Store, job_id: str) -> tuple[JobParams, int]:
+    """A stored job's parameters and creation time (for --resume)."""
+    con = store.connect()
+    try:
+        rows = con.sql(queries.query("job_state"), params=[job_id]).to_arrow_table().to_pylist()
+    finally:
+        con.close()
+    if not rows:
+        raise AttributionError(f"no job {job_id!r} in the store at {store.root} (list them with `otel-replay jobs`)")
+    return JobParams(**json.loads(rows[0]["params"])), rows[0]["created_ns"]
+
+
 def new_job_id() -> str:
     return "j" + os.urandom(6).hex()
 
@@ -211,3 +229,6 @@ class Job:
             "fail_held": None, "fail_resampled": None, "n_held": s["samples"], "n_resampled": None,
             "verdict": s["verdict"], "culprit": False, "rank": s["rank"]} for s in result.shapley]
         write_rows(self.store.root, "result_rows", rows)
+        write_rows(self.store.root, "report_rows", [{"job_id": self.job_id, "trace_id": trajectory.trace_id,
+                                                     "written_ns": time.time_ns(),
+                                                     "report": json.dumps(result.report(), ensure_ascii=False)}])

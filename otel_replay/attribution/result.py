@@ -10,6 +10,8 @@ from otel_replay.attribution.repair import Repair
 from otel_replay.normalize.messages import message_text
 from otel_replay.trajectory import Trajectory
 
+REPORT_SCHEMA = "otel-replay/attribution-report/1"
+
 
 @dataclass(slots=True)
 class AttributionResult:
@@ -32,6 +34,14 @@ class AttributionResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def report(self) -> dict[str, Any]:
+        """The report document (schemas/attribution-report.schema.json)."""
+        data = self.to_dict()
+        culprit = data.pop("culprit")
+        data["culprit"] = None if culprit is None else {k: culprit[k] for k in (
+            "index", "span_id", "name", "kind", "agent", "estimate", "ci_low", "ci_high", "fail_held", "fail_resampled")}
+        return {"schema": REPORT_SCHEMA, **data}
 
 
 def _preview(outputs: Any) -> str:

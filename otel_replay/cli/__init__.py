@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from otel_replay._version import __version__
-from otel_replay.cli import bench, collect, imports, maintenance, replaying, traces
+from otel_replay.cli import attribute, bench, collect, demo, imports, maintenance, replaying, traces
 from otel_replay.store.layout import STORE_ENV
 from otel_replay.trajectory import Store
 
@@ -26,6 +26,6 @@ def main(ctx: click.Context, store_path: Path) -> None:
     ctx.obj = Store(store_path)
 
 
-for module in (traces, imports, replaying, maintenance, bench, collect):
+for module in (demo, traces, imports, replaying, attribute, maintenance, bench, collect):
     for command in module.COMMANDS:
         main.add_command(command)

@@ -17,6 +17,7 @@ import asyncio
 import inspect
 import json
 import random
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,8 @@ from otel_replay.trajectory import Step, Trajectory
 
 DEFAULT_MAX_STEPS = 64
 _REMOVED = object()
+_NOTHING = object()
+_EMPTY_HASH = outputs_hash([])
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,127 @@ def _run_policy(fn: Any, *args: Any) -> Any:
     return result
 
 
+def _seed_now(rng: random.Random) -> None:
+    seed = rng.__dict__.pop("_seed_on_use", _NOTHING)
+    if seed is not _NOTHING:
+        rng.__class__ = random.Random
+        random.Random.seed(rng, seed)
+
+
+class _SeededOnUse(random.Random):
+    """`random.Random(seed)`, seeded on its first use.
+
+    Seeding from a string costs ~6 µs (sha512, then the 624-word state), more than a whole
+    replayed step, and most policies never draw. The first draw (or any state access) seeds it
+    and turns it into a plain `random.Random`, so it gives exactly the draws `random.Random(seed)`
+    gives. It defines `getrandbits`, so `_randbelow` is the same method as `random.Random`'s.
+    """
+
+    __slots__ = ()  # the same layout as random.Random, so the class can be switched in place
+
+    def __init__(self, seed: str | None = None) -> None:  # no super().__init__: that would seed now
+        self._seed_on_use = seed
+        self.gauss_next = None  # read by gauss() before its first draw, as after seed()
+
+    def random(self) -> float:
+        _seed_now(self)  # a function: methods bound before the switch still call it
+        return random.Random.random(self)
+
+    def getrandbits(self, k: int) -> int:
+        _seed_now(self)  # a function: methods bound before the switch still call it
+        return random.Random.getrandbits(self, k)
+
+    def randbytes(self, n: int) -> bytes:
+        _seed_now(self)  # a function: methods bound before the switch still call it
+        return random.Random.randbytes(self, n)
+
+    def getstate(self) -> Any:
+        _seed_now(self)  # a function: methods bound before the switch still call it
+        return random.Random.getstate(self)
+
+    def seed(self, *args: Any, **kwargs: Any) -> None:
+        self.__dict__.pop("_seed_on_use", None)
+        self.__class__ = random.Random
+        random.Random.seed(self, *args, **kwargs)
+
+    def setstate(self, state: Any) -> None:
+        self.__dict__.pop("_seed_on_use", None)
+        self.__class__ = random.Random
+        random.Random.setstate(self, state)
+
+
+def _key_of(step: Step, payload: Any) -> str:
+    """Cassette key: a tool's arguments, or an llm call's whole request."""
+    if step.kind in ("tool", "retrieval"):
+        return outputs_hash([{"arguments": payload}])
+    return outputs_hash([{"system": list(step.system), "tools": list(step.tools), "messages": list(payload)}])
+
+
+def _response_ids(message: Message) -> frozenset[Any] | None:
+    """The tool-call ids a message answers; None when they cannot be read ahead (then scanned live)."""
+    try:
+        return frozenset(p.get("id") for p in message.get("parts", []) if p.get("type") == "tool_call_response")
+    except (AttributeError, TypeError):
+        return None
+
+
+class _Prepared:
+    """What every rollout of one trajectory reads and none changes, computed once per trajectory.
+
+    An attribution replays one trajectory hundreds of times; this keeps the per-rollout cost to
+    the steps themselves. Everything here is read-only, and recorded payloads are immutable (as
+    everywhere in the store layer), so a trajectory's preparation holds for its whole life.
+    """
+
+    __slots__ = ("cassette", "source_of", "request_keys", "known_hashes", "known_keys", "bound",
+                 "response_ids", "recorded_calls", "llm_steps", "tool_templates")
+
+    def __init__(self, trajectory: Trajectory) -> None:
+        self.source_of: dict[int, int] = {e.target: e.source for e in trajectory.edges if e.via == "tool_call"}
+        self.cassette: dict[tuple[str, str, str], list[Any]] = {}
+        self.request_keys: dict[int | None, str] = {}  # llm step -> the cassette key of its recorded request
+        self.known_hashes: dict[int, tuple[Any, str]] = {}  # id(recorded outputs) -> (outputs, outputs_hash)
+        self.known_keys: dict[int, tuple[Any, str]] = {}  # id(recorded tool arguments) -> (arguments, key)
+        self.bound: dict[int, list[Step]] = {}  # llm step -> the tool steps answering its calls, in order
+        self.response_ids: dict[int | None, tuple[frozenset[Any] | None, ...]] = {}
+        self.recorded_calls: dict[int | None, list[dict[str, Any]]] = {}
+        for step in trajectory.steps:
+            tool_like = step.kind in ("tool", "retrieval")
+            payload = _recorded_arguments(step) if tool_like else step.inputs
+            key = _key_of(step, payload)
+            self.cassette.setdefault((step.kind, step.name, key), []).append(
+                _recorded_result(step) if tool_like else step.outputs)
+            self.known_hashes[id(step.outputs)] = (step.outputs, outputs_hash(list(step.outputs)))
+            if tool_like:
+                self.known_keys[id(payload)] = (payload, key)
+            else:
+                self.request_keys[step.index] = key
+            if step.kind == "llm":
+                self.response_ids[step.index] = tuple(_response_ids(m) for m in step.inputs)
+                self.recorded_calls[step.index] = _calls(step.outputs)
+            source = self.source_of.get(step.index)  # type: ignore[arg-type]
+            if source is not None:
+                self.bound.setdefault(source, []).append(step)
+        self.llm_steps = [s for s in trajectory.steps if s.kind == "llm"]
+
+
+_PREPARED: dict[int, tuple[Trajectory, _Prepared]] = {}  # id(trajectory) -> (trajectory, its preparation)
+_PREPARED_MAX = 16
+_PREPARED_LOCK = threading.Lock()
+
+
+def _prepared(trajectory: Trajectory) -> _Prepared:
+    entry = _PREPARED.get(id(trajectory))
+    if entry is not None and entry[0] is trajectory:  # the entry holds the trajectory, so its id is not reused
+        return entry[1]
+    prepared = _Prepared(trajectory)
+    with _PREPARED_LOCK:
+        while len(_PREPARED) >= _PREPARED_MAX:
+            _PREPARED.pop(next(iter(_PREPARED)), None)
+        _PREPARED[id(trajectory)] = (trajectory, prepared)
+    return prepared
+
+
 class Replayer:
     """One rollout. Use `replay()`; this class holds the rollout's state."""
 
@@ -122,24 +246,28 @@ class Replayer:
         self.diverged_at: int | None = None
         self.ended = False
         self.truncated = False
-        self.source_of: dict[int, int] = {e.target: e.source for e in trajectory.edges if e.via == "tool_call"}
-        self.cassette: dict[tuple[str, str, str], list[Any]] = {}
-        for step in trajectory.steps:
-            payload = _recorded_arguments(step) if step.kind in ("tool", "retrieval") else step.inputs
-            key = (step.kind, step.name, self._key_of(step, payload))
-            self.cassette.setdefault(key, []).append(
-                _recorded_result(step) if step.kind in ("tool", "retrieval") else step.outputs)
+        self.prep = _prepared(trajectory)
+        self.source_of = self.prep.source_of  # read-only, shared by every rollout of the trajectory
+        self.cassette = self.prep.cassette  # read-only, likewise
 
     # -- helpers ----------------------------------------------------------------------------------
-    @staticmethod
-    def _key_of(step: Step, payload: Any) -> str:
-        """Cassette key: a tool's arguments, or an llm call's whole request."""
-        if step.kind in ("tool", "retrieval"):
-            return outputs_hash([{"arguments": payload}])
-        return outputs_hash([{"system": list(step.system), "tools": list(step.tools), "messages": list(payload)}])
+    _key_of = staticmethod(_key_of)
+
+    def _outputs_hash(self, outputs: Sequence[Message]) -> str:
+        """`outputs_hash`, read from the preparation when these are a recorded step's own outputs."""
+        known = self.prep.known_hashes.get(id(outputs))
+        if known is not None and known[0] is outputs:
+            return known[1]
+        return outputs_hash(list(outputs))
+
+    def _tool_key(self, step: Step, arguments: Any) -> str:
+        known = self.prep.known_keys.get(id(arguments))
+        if known is not None and known[0] is arguments:
+            return known[1]
+        return _key_of(step, arguments)
 
     def _rng(self, position: int | str) -> random.Random:
-        return random.Random(f"{self.seed}:{position}")
+        return _SeededOnUse(f"{self.seed}:{position}")
 
     def _stop(self, step: Step | None, cause: str, reason: str) -> _Stop:
         return _Stop(Unreplayable(step.index if step else None, step.kind if step else "llm",
@@ -152,20 +280,33 @@ class Replayer:
             raise self._stop(step, "missing-policy", f"no {kind} policy for {step.name!r}; register one with {hint}")
         return fn
 
-    def _apply(self, messages: Sequence[Message], hashes: Sequence[str] = ()) -> list[Message]:
-        """Recorded messages with every upstream change carried in."""
+    def _apply(self, messages: Sequence[Message], hashes: Sequence[str] = (),
+               response_ids: Sequence[frozenset[Any] | None] = ()) -> list[Message]:
+        """Recorded messages with every upstream change carried in.
+
+        `response_ids[i]`, when given, holds the tool-call ids message i answers (read ahead).
+        """
         if not self.subst and not self.results:
             return list(messages)
         out: list[Message] = []
+        subst, results = self.subst, self.results
         for i, message in enumerate(messages):
             digest = hashes[i] if i < len(hashes) else message_hash(message)
-            if digest in self.subst:
-                out.extend(self.subst[digest])
+            if digest in subst:
+                out.extend(subst[digest])
                 continue
-            parts = message.get("parts", [])
-            if self.results and any(p.get("type") == "tool_call_response" and p.get("id") in self.results for p in parts):
+            if not results:
+                out.append(message)
+                continue
+            ids = response_ids[i] if i < len(response_ids) else None
+            if ids is not None:
+                answers = bool(ids) and any(x in results for x in ids)
+            else:
+                answers = any(p.get("type") == "tool_call_response" and p.get("id") in results
+                              for p in message.get("parts", []))
+            if answers:
                 kept = []
-                for part in parts:
+                for part in message.get("parts", []):
                     live = self.results.get(part.get("id")) if part.get("type") == "tool_call_response" else None
                     if live is None:
                         kept.append(part)
@@ -179,12 +320,15 @@ class Replayer:
         return out
 
     def _record(self, step: Step | None, source: str, inputs: Sequence[Message], outputs: Sequence[Message],
-                changed: bool, kind: str | None = None, name: str | None = None) -> None:
+                changed: bool, kind: str | None = None, name: str | None = None, output_hash: str | None = None
+                ) -> None:
         index = step.index if step is not None else None
         if changed and index is not None and self.diverged_at is None:
             self.diverged_at = index
+        if output_hash is None:
+            output_hash = self._outputs_hash(outputs) if outputs else _EMPTY_HASH
         self.outcomes.append(StepOutcome(index, kind or (step.kind if step else "llm"), name or (step.name if step else ""),
-                                         source, tuple(inputs), tuple(outputs), changed, outputs_hash(list(outputs))))
+                                         source, tuple(inputs), tuple(outputs), changed, output_hash))
 
     # -- the walk ---------------------------------------------------------------------------------
     def run(self) -> ReplayRun:
@@ -216,14 +360,18 @@ class Replayer:
 
     def _llm(self, step: Step) -> None:
         intervention = self.plan.action(step.index)
-        live = self._apply(step.inputs, step.input_hashes)
+        as_recorded = not self.subst and not self.results  # then the live request is the recorded one
+        live = self._apply(step.inputs, step.input_hashes, self.prep.response_ids.get(step.index, ()))
         self.live_in[step.index] = live
-        held = self.cassette.get((step.kind, step.name, self._key_of(step, live)))
+        held = None
+        if intervention.action is Action.HOLD and not self.plan.model:  # the cassette is read for a held step only
+            key = self.prep.request_keys[step.index] if as_recorded else _key_of(step, live)
+            held = self.cassette.get((step.kind, step.name, key))
         if intervention.action in (Action.DO, Action.OBSERVE):
             outputs, source = llm_output(intervention.value, f"do() for step {step.index}"), "forced"
         elif intervention.action is Action.REMOVE:
             outputs, source = (), "removed"
-        elif intervention.action is Action.HOLD and held and not self.plan.model:
+        elif held:
             outputs, source = held[0], "recording"
         elif step.observation_only:
             raise self._stop(step, "observation-only", "its content was not captured, so it cannot be re-decided")
@@ -233,15 +381,16 @@ class Replayer:
                                self.plan.model or step.model)
             outputs, source = self._call_llm(fn, step, inputs, step.index), "policy"
         self.live_out[step.index] = outputs
-        changed = outputs_hash(list(outputs)) != outputs_hash(list(step.outputs))
-        self._record(step, source, live, outputs, changed)
+        live_hash = self._outputs_hash(outputs)
+        changed = live_hash != self._outputs_hash(step.outputs)
+        self._record(step, source, live, outputs, changed, output_hash=live_hash)
         if not changed:
             return
         extra = self._run_new_calls(step, outputs)
         replacement = list(outputs) + extra
         for i, digest in enumerate(step.output_hashes):
             self.subst[digest] = replacement if i == 0 else []
-        if _calls(step.outputs) and not _calls(outputs):
+        if self.prep.recorded_calls[step.index] and not _calls(outputs):
             self.ended = True  # the agent answers instead of calling a tool: the run ends here
 
     def _call_llm(self, fn: Any, step: Step, inputs: LLMInputs, position: int | str) -> tuple[Message, ...]:
@@ -255,7 +404,7 @@ class Replayer:
             raise self._stop(step, "policy-error", f"the llm policy raised {type(exc).__name__}: {exc}") from exc
 
     def _bound_tool_steps(self, llm_index: int) -> list[Step]:
-        return [s for s in self.traj.steps if self.source_of.get(s.index) == llm_index]
+        return self.prep.bound.get(llm_index, [])
 
     def _run_new_calls(self, step: Step, outputs: Sequence[Message]) -> list[Message]:
         """Tool calls the recording never made: run their policies now; their results follow the call."""
@@ -290,7 +439,8 @@ class Replayer:
         except Exception as exc:  # noqa: BLE001
             raise self._stop(step, "policy-error", f"the tool policy raised {type(exc).__name__}: {exc}") from exc
         try:
-            json.dumps(result)
+            if not isinstance(result, str):  # a string always is one
+                json.dumps(result)
         except (TypeError, ValueError) as exc:
             raise self._stop(step, "policy-error", f"the tool policy returned {type(result).__name__}, "
                                                    "which is not a string or a JSON value") from exc
@@ -323,22 +473,25 @@ class Replayer:
         arguments = call.get("arguments")
         inputs = [{"role": "assistant", "parts": [call]}]
         intervention = self.plan.action(step.index)
-        held = self.cassette.get((step.kind, step.name, self._key_of(step, arguments)))
+        held = None
+        if intervention.action is Action.HOLD:  # the cassette is read for a held step only
+            held = self.cassette.get((step.kind, step.name, self._tool_key(step, arguments)))
         if intervention.action in (Action.DO, Action.OBSERVE):
             result, source = intervention.value, "forced" if intervention.action is Action.DO else "observed"
         elif intervention.action is Action.REMOVE:
             self._drop_tool_output(step)
             self._record(step, "removed", inputs, (), True)
             return
-        elif intervention.action is Action.HOLD and held:
+        elif held:
             result, source = held[0], "recording"
         elif step.observation_only:
             raise self._stop(step, "observation-only", "its result was not captured, so it cannot be re-run")
         else:
             result, source = self._call_tool(self._policy(step.kind, step), step, arguments, step.index), "policy"
         message = _tool_message(call.get("id"), result)
-        changed = outputs_hash([message]) != outputs_hash(list(step.outputs))
-        self._record(step, source, inputs, (message,), changed)
+        live_hash = outputs_hash([message])
+        changed = live_hash != self._outputs_hash(step.outputs)
+        self._record(step, source, inputs, (message,), changed, output_hash=live_hash)
         if changed:
             for digest in step.output_hashes:
                 self.subst[digest] = [message]
@@ -353,12 +506,12 @@ class Replayer:
 
     def _continue_loop(self) -> None:
         """Past the recording: keep the agent loop going while the model calls tools."""
-        llm_steps = [s for s in self.traj.steps if s.kind == "llm"]
+        llm_steps = self.prep.llm_steps
         if not llm_steps:
             return
         last = llm_steps[-1]
         outputs = self.live_out.get(last.index, last.outputs)
-        if outputs_hash(list(outputs)) == outputs_hash(list(last.outputs)) or not _calls(outputs):
+        if self._outputs_hash(outputs) == self._outputs_hash(last.outputs) or not _calls(outputs):
             return
         history = list(self.live_in.get(last.index, last.inputs)) + list(outputs)
         history += [o.outputs[0] for o in self.outcomes if o.kind == "tool" and o.outputs

@@ -137,3 +137,11 @@ CREATE TABLE result_rows (
     culprit           BOOLEAN NOT NULL,
     rank              BIGINT
 );
+
+-- The full attribution report of each (job, trace), for `otel-replay report` to re-render.
+CREATE TABLE report_rows (
+    job_id            VARCHAR NOT NULL,
+    trace_id          VARCHAR NOT NULL,
+    written_ns        BIGINT NOT NULL,
+    report            VARCHAR NOT NULL   -- JSON, schemas/attribution-report.schema.json
+);

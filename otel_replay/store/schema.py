@@ -8,7 +8,7 @@ from importlib import resources
 import duckdb
 import pyarrow as pa
 
-TABLES = ("span_rows", "step_rows", "message_rows", "capture_stats", "job_rows", "rollout_rows", "result_rows")
+TABLES = ("span_rows", "step_rows", "message_rows", "capture_stats", "job_rows", "rollout_rows", "result_rows", "report_rows")
 
 
 def ddl() -> str:

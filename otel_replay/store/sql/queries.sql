@@ -93,3 +93,9 @@ FROM results
 WHERE method = 'contrastive' AND (? IS NULL OR job_id = ?)
 GROUP BY name, kind
 ORDER BY culprit_in DESC, mean_effect DESC NULLS LAST;
+
+-- name: job_report
+SELECT report FROM reports WHERE job_id = ? AND trace_id = ?;
+
+-- name: job_reports
+SELECT trace_id, report FROM reports WHERE job_id = ? ORDER BY trace_id;

@@ -131,3 +131,9 @@ SELECT * EXCLUDE (rn) FROM (
     SELECT *, row_number() OVER (PARTITION BY job_id, trace_id, step_index, method ORDER BY culprit DESC) AS rn
     FROM result_rows
 ) WHERE rn = 1;
+
+-- name: reports
+CREATE OR REPLACE TEMP VIEW reports AS
+SELECT * EXCLUDE (rn) FROM (
+    SELECT *, row_number() OVER (PARTITION BY job_id, trace_id ORDER BY written_ns DESC) AS rn FROM report_rows
+) WHERE rn = 1;

@@ -1,0 +1,192 @@
+"""`attribute`, `jobs`, `aggregate`, `report`: causal attribution as resumable batch jobs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from otel_replay.attribution import (
+    AttributionError,
+    AttributionResult,
+    Job,
+    JobParams,
+    VerifierError,
+)
+from otel_replay.attribution.job import load_params, select_traces
+from otel_replay.cli.output import StoreCommand, console, output_options, print_rows
+from otel_replay.cli.replaying import load_policies
+from otel_replay.export.html import render_html
+from otel_replay.export.report import report_json
+from otel_replay.replay import policies
+from otel_replay.store import queries
+from otel_replay.trajectory import Store
+
+
+def _verifier_spec(verifier: str | None, contains: str | None, regex: str | None, schema: Path | None) -> str:
+    given = [v for v in (verifier, contains, regex, schema) if v is not None]
+    if len(given) != 1:
+        raise click.UsageError("give exactly one of --verifier, --expect-contains, --expect-regex, --expect-json-schema")
+    if contains is not None:
+        return f"contains:{contains}"
+    if regex is not None:
+        return f"regex:{regex}"
+    return f"json-schema:{schema}" if schema is not None else str(verifier)
+
+
+def run_job(store: Store, job: Job) -> list[AttributionResult]:
+    """Run with a progress bar on stderr: rollouts done, policy calls spent, the leading step."""
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("rollouts · {task.fields[calls]} policy calls · leading: {task.fields[leading]}"),
+                  TimeElapsedColumn(), console=console_err(), transient=True) as bar:
+        task = bar.add_task("attributing", total=None, calls=0, leading="—")
+        job.on_progress = lambda p: bar.update(task, completed=p.rollouts, calls=p.policy_calls,
+                                               leading=p.leading or "—", description=f"trace {p.trace[:8]}")
+        try:
+            return job.run()
+        except (AttributionError, VerifierError) as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+def console_err() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def print_result(store: Store, report: dict[str, Any]) -> None:
+    table = Table(title=f"attribution of {report['trace_id']} · {report['verdict']}", header_style="bold")
+    for name in ("#", "kind", "name", "effect", "95% interval", "P(fail|held)", "P(fail|re-decided)", "n", "verdict"):
+        table.add_column(name)
+    for s in report["steps"]:
+        interval = f"[{s['ci_low']:+.2f}, {s['ci_high']:+.2f}]" if s["ci_low"] is not None else ""
+        table.add_row(str(s["index"]), s["kind"], s["name"], f"{s['estimate']:+.2f}" if s["estimate"] is not None else "",
+                      interval, f"{s['fail_held']:.2f}" if s["fail_held"] is not None else "",
+                      f"{s['fail_resampled']:.2f}" if s["fail_resampled"] is not None else "",
+                      f"{s['n_held']}/{s['n_resampled']}", ("★ " if s["culprit"] else "") + s["verdict"])
+    console().print(table)
+    for key in ("what", "where", "why", "fix"):
+        click.echo(f"{key.upper():5} {report['explanation'][key]}")
+    click.echo(f"{report['rollouts']} rollouts, {report['policy_calls']} policy calls, job {report['job_id']}")
+
+
+def write_outputs(store: Store, reports: list[dict[str, Any]], json_path: Path | None, html_path: Path | None) -> None:
+    if json_path:
+        json_path.write_text(report_json(reports[0] if len(reports) == 1 else {"reports": reports}))
+        click.echo(f"wrote {json_path}")
+    if html_path:
+        html_path.write_text(render_html(reports[0], store.trajectory(reports[0]["trace_id"])))
+        click.echo(f"wrote {html_path}")
+
+
+@click.command(cls=StoreCommand)
+@click.option("--trace-id", "trace_ids", multiple=True, help="A trace to attribute (repeatable).")
+@click.option("--where", help="A batch job: every trace matching this SQL predicate over the traces view.")
+@click.option("--resume", "resume", metavar="JOB_ID", help="Resume a job; finished rollouts are skipped.")
+@click.option("--policies", "policies_spec", metavar="MODULE", help="Module whose import registers policies.")
+@click.option("--verifier", help="pkg.module:function(final_output, rollout) -> score in [0, 1].")
+@click.option("--expect-contains", help="Built-in verifier: the final output contains this text.")
+@click.option("--expect-regex", help="Built-in verifier: the final output matches this regular expression.")
+@click.option("--expect-json-schema", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Built-in verifier: the final output is JSON valid against this schema.")
+@click.option("--threshold", default=0.5, show_default=True, type=click.FloatRange(0, 1), help="Scores below fail.")
+@click.option("--method", type=click.Choice(["contrastive", "shapley", "both"]), default="contrastive", show_default=True)
+@click.option("--rollouts", default=30, show_default=True, type=click.IntRange(min=1), help="Rollouts per plan.")
+@click.option("--adaptive", is_flag=True, help="Add rollouts until a decision, with anytime-valid intervals.")
+@click.option("--target-width", default=0.3, show_default=True, type=click.FloatRange(0, 2, min_open=True))
+@click.option("--full", is_flag=True, help="Profile every step instead of stopping at the culprit.")
+@click.option("--repair", is_flag=True, help="Search a validated repair for the culprit.")
+@click.option("--credit", is_flag=True, help="Attribute a passing run: which step secured the success.")
+@click.option("--concurrency", default=4, show_default=True, type=click.IntRange(min=1))
+@click.option("--max-policy-calls", type=click.IntRange(min=1), help="Hard budget; the result is marked partial when hit.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the JSON report.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the HTML report.")
+@click.pass_obj
+def attribute(store: Store, trace_ids: tuple[str, ...], where: str | None, resume: str | None, policies_spec: str | None,
+              verifier: str | None, expect_contains: str | None, expect_regex: str | None,
+              expect_json_schema: Path | None, json_path: Path | None, html_path: Path | None, **options: Any) -> None:
+    """Find the step that made a run fail: counterfactual rollouts, intervals, a repair.
+
+    Example: otel-replay attribute --trace-id 4bf92f --policies myproj.policies --verifier myproj:ok --repair
+    """
+    if resume:
+        params, created = load_params(store, resume)
+        load_policies(params.policies)
+        job = Job(store, params, policies.registry.copy(), job_id=resume, created_ns=created)
+    else:
+        if bool(trace_ids) == bool(where):
+            raise click.UsageError("give --trace-id (one or more) or --where, or --resume a job")
+        spec = _verifier_spec(verifier, expect_contains, expect_regex, expect_json_schema)
+        ids = [store.resolve_trace_id(t) for t in trace_ids] if trace_ids else select_traces(store, where)
+        if not ids:
+            raise click.ClickException(f"no trace matches --where {where!r}")
+        load_policies(policies_spec)
+        job = Job(store, JobParams(ids, spec, policies=policies_spec, **options), policies.registry.copy())
+    results = run_job(store, job)
+    reports = [r.report() for r in results]
+    for report in reports:
+        print_result(store, report)
+    write_outputs(store, reports, json_path, html_path)
+
+
+@click.command(cls=StoreCommand)
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
+@output_options
+@click.pass_obj
+def jobs(store: Store, limit: int, as_json: bool, as_csv: bool) -> None:
+    """Attribution jobs with their status, progress and policy calls spent."""
+    con = store.connect()
+    try:
+        rows = con.sql(queries.query("list_jobs"), params=[limit]).to_arrow_table()
+    finally:
+        con.close()
+    print_rows(rows, as_json=as_json, as_csv=as_csv, title="attribution jobs")
+
+
+@click.command(cls=StoreCommand)
+@click.option("--job", "job_id", help="Only this job's results (default: every job).")
+@output_options
+@click.pass_obj
+def aggregate(store: Store, job_id: str | None, as_json: bool, as_csv: bool) -> None:
+    """The systematic weak step: how often each step name is the culprit across failing runs.
+
+    Example: otel-replay aggregate --job j1a2b3c4d5e6
+    """
+    con = store.connect()
+    try:
+        rows = con.sql(queries.query("aggregate_by_step_name"), params=[job_id, job_id]).to_arrow_table()
+    finally:
+        con.close()
+    print_rows(rows, as_json=as_json, as_csv=as_csv, title="culprits by step name")
+
+
+@click.command(cls=StoreCommand)
+@click.option("--job", "job_id", required=True)
+@click.option("--trace-id", required=True)
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path))
+@click.pass_obj
+def report(store: Store, job_id: str, trace_id: str, html_path: Path | None, json_path: Path | None) -> None:
+    """Re-render a stored attribution report (terminal, JSON, HTML) without re-running anything.
+
+    Example: otel-replay report --job j1a2b3c4d5e6 --trace-id 4bf92f --html report.html
+    """
+    trace = store.resolve_trace_id(trace_id)
+    con = store.connect()
+    try:
+        rows = con.execute(queries.query("job_report"), [job_id, trace]).fetchall()
+    finally:
+        con.close()
+    if not rows:
+        raise click.ClickException(f"job {job_id!r} has no report for trace {trace} (see `otel-replay jobs`)")
+    document = json.loads(rows[0][0])
+    print_result(store, document)
+    write_outputs(store, [document], json_path, html_path)
+
+
+COMMANDS = [attribute, jobs, aggregate, report]

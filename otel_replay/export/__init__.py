@@ -1,0 +1,1 @@
+"""Export layer: attribution results as JSON and HTML reports and terminal tables."""
