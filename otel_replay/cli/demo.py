@@ -28,6 +28,12 @@ def demo(store: Store, html_path: Path, rollouts: int) -> None:
     Everything runs offline: the real openai SDK talks to a simulated model on 127.0.0.1, the real
     OpenTelemetry instrumentation traces it, ReplayProcessor captures it. Example: otel-replay demo
     """
+    try:
+        import openai  # noqa: F401
+        import opentelemetry.instrumentation.openai_v2  # noqa: F401
+    except ImportError as exc:
+        raise click.ClickException(f"the demo needs the openai SDK and the OpenTelemetry OpenAI instrumentation "
+                                   f"({exc.name} is missing): pip install 'otel-replay[demo]'") from exc
     click.echo(f"1/3 recording a run of the support agent into {store.root} ...")
     trace_id, answer = record_support_run(store.root)
     click.echo(f"    trace {trace_id}: {answer}")
