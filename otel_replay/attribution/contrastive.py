@@ -94,8 +94,8 @@ class ContrastiveScan:
                 est.ci_low, est.ci_high = stats.cs_difference(kh, nh, kr, nr, o.alpha)
                 (hl, rl), (hh, rh) = stats.confidence_sequence([kh, kr], [nh, nr], o.alpha / 2)
             else:
-                est.ci_low, est.ci_high = stats.newcombe(kh, nh, kr, nr, o.alpha)
-                (hl, rl), (hh, rh) = stats.wilson([kh, kr], [nh, nr], o.alpha)
+                est.ci_low, est.ci_high = stats.cp_difference(kh, nh, kr, nr, o.alpha)
+                (hl, hh), (rl, rh) = stats.clopper_pearson(kh, nh, o.alpha), stats.clopper_pearson(kr, nr, o.alpha)
             est.held_ci, est.resampled_ci = (float(hl), float(hh)), (float(rl), float(rh))
             decided = est.ci_low > 0 or est.ci_high < 0 or est.ci_high - est.ci_low <= o.target_width
             if not adaptive or decided or n >= o.max_rollouts or self.runner.budget.exhausted:

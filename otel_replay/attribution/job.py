@@ -68,7 +68,12 @@ def build_verifier(spec: str) -> verifiers.Verifier:
 
 def select_traces(store: Store, predicate: str) -> list[str]:
     """Trace ids matching a SQL predicate over the `traces` view (the user's own SQL, like `otel-replay sql`)."""
-    rows = store.sql(f"SELECT trace_id FROM traces WHERE {predicate} ORDER BY start_ns")  # noqa: S608
+    import duckdb
+
+    try:
+        rows = store.sql(f"SELECT trace_id FROM traces WHERE ({predicate}) ORDER BY start_ns")  # noqa: S608
+    except duckdb.Error as exc:
+        raise AttributionError(f"--where {predicate!r}: SQL error: {str(exc).splitlines()[0]}") from exc
     return rows.column("trace_id").to_pylist()
 
 

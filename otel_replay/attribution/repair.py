@@ -2,7 +2,7 @@
 
 Candidates come from the culprit's outputs in re-decided rollouts that passed (and from an
 optional proposer policy). Each is forced at the culprit with later steps re-decided; a candidate
-is valid when its failure rate's upper bound is below 0.5 (it fixes the run more often than not,
+is valid when its failure rate's exact (Clopper-Pearson) upper bound is below 0.5 (it fixes the run more often than not,
 with confidence). Among valid ones the least drift from the original output wins.
 """
 
@@ -64,7 +64,7 @@ def search(trajectory: Trajectory, runner: RolloutRunner, culprit: int, resampla
         if not scored:
             continue
         k = sum(1 for r in scored if r["failed"])
-        low, high = stats.wilson(k, len(scored))
+        low, high = stats.clopper_pearson(k, len(scored))
         tried.append(Repair(culprit, candidate, k / len(scored), float(low), float(high), len(scored),
                             drift(original, candidate), bool(high < 0.5)))
     return sorted(tried, key=lambda r: (not r.valid, r.drift, r.fail_rate))

@@ -15,10 +15,12 @@ agent_replay's session recorded, once, outside the timed region):
   agent_replay's `ReplayPlan.ablate_from(0)`). The tool policy returns a different result than
   the recording, as a re-decided step would, so each engine also carries the change downstream.
 
-The figure is µs per step: the median over many repetitions of one replay call, divided by N.
-Each repetition times both engines back to back, with the garbage collector off (as `timeit`
-does), so they see the same machine. agent_replay (`pip install trajectory-causal-attribution`)
-is optional: when it is not importable, its columns are marked skipped.
+The figure is µs per step: the median over many rounds of the mean time of one replay call in a
+batch of consecutive calls (~300 replayed steps), divided by N. Each round times a batch of each
+engine back to back, with the garbage collector off (as `timeit` does), so both see the same
+machine, each with its own warm caches (as in an attribution, which replays one trajectory many
+times). agent_replay (`pip install trajectory-causal-attribution`) is optional: when it is not
+importable in this interpreter, its columns are marked skipped.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import gc
 import importlib
 import json
+import platform
 import shutil
 import statistics
 import tempfile
@@ -59,12 +62,13 @@ RESAMPLED_RESULT = '{"status": "resampled", "detail": "an instant tool policy"}'
 
 @dataclass(frozen=True)
 class Sizes:
-    rounds: int  # timed repetitions per (steps, mode, engine); the median is reported
-    warmup: int  # untimed repetitions first
+    rounds: int  # timed batches per (steps, mode, engine); the median is reported
+    warmup: int  # untimed rounds first
+    batch_steps: int  # replayed steps per batch: a batch is max(1, batch_steps // N) replay calls
 
 
-QUICK = Sizes(rounds=60, warmup=5)
-FULL = Sizes(rounds=1500, warmup=50)
+QUICK = Sizes(rounds=12, warmup=1, batch_steps=150)
+FULL = Sizes(rounds=250, warmup=3, batch_steps=300)
 
 
 # -- the agent, as data ----------------------------------------------------------------------------
@@ -98,6 +102,15 @@ class Agent:
     def reply(self, turn: int) -> dict[str, Any]:
         """What the model says on chat turn `turn`: the next tool call(s), or the answer."""
         return self.turns[turn] if turn < len(self.turns) else self.answer
+
+    def replies_by_history_length(self) -> dict[int, dict[str, Any]]:
+        """The reply for each request, by its number of messages (system, user, then each turn's)."""
+        out, length = {}, 2
+        for turn in range(len(self.turns) + 1):
+            out[length] = self.reply(turn)
+            if turn < len(self.turns):
+                length += 1 + len(self.turns[turn]["parts"])
+        return out
 
 
 def recorded_result(call: dict[str, Any]) -> str:
@@ -152,12 +165,12 @@ def build_trajectory(agent: Agent) -> Trajectory:
 
 
 def instant_policies(agent: Agent) -> Registry:
-    """An llm policy that answers from the turn count; one tool policy returning a constant."""
+    """An llm policy that answers from the history's length; one tool policy returning a constant."""
     registry = Registry()
+    replies = agent.replies_by_history_length()
 
-    def chat(step: Any, inputs: Any, rng: Any) -> list[dict[str, Any]]:
-        turn = sum(1 for m in inputs.messages if m.get("role") == "assistant")
-        return [agent.reply(turn)]
+    def chat(step: Any, inputs: Any, rng: Any) -> dict[str, Any]:
+        return replies[len(inputs.messages)]
 
     registry.register("llm", None, chat)
     registry.register("tool", None, lambda arguments, rng: RESAMPLED_RESULT)
@@ -231,10 +244,12 @@ def _anchor_case(ar: Any, agent: Agent) -> dict[str, Callable[[], Any]]:
 
 
 # -- timing -----------------------------------------------------------------------------------------
-def _time_ns(fn: Callable[[], Any]) -> int:
+def _mean_ns(fn: Callable[[], Any], calls: int) -> float:
+    """Mean wall time of one call over `calls` consecutive calls."""
     started = time.perf_counter_ns()
-    fn()
-    return time.perf_counter_ns() - started
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter_ns() - started) / calls
 
 
 def run_replay_bench(quick: bool = False) -> dict[str, Any]:
@@ -245,18 +260,19 @@ def run_replay_bench(quick: bool = False) -> dict[str, Any]:
         agent = Agent.of(steps)
         ours = _otel_case(agent)
         theirs = _anchor_case(ar, agent) if ar is not None else {}
+        calls = max(1, sizes.batch_steps // steps)
         for mode in MODES:
             engines = {"otel-replay": ours[mode]}
             if mode in theirs:
                 engines["agent_replay"] = theirs[mode]
-            samples: dict[str, list[int]] = {name: [] for name in engines}
+            samples: dict[str, list[float]] = {name: [] for name in engines}
             enabled = gc.isenabled()
             gc.collect()
             gc.disable()
             try:
                 for n in range(sizes.warmup + sizes.rounds):
                     for name, fn in engines.items():  # back to back, so both see the same machine
-                        elapsed = _time_ns(fn)
+                        elapsed = _mean_ns(fn, calls)
                         if n >= sizes.warmup:
                             samples[name].append(elapsed)
             finally:
@@ -264,11 +280,13 @@ def run_replay_bench(quick: bool = False) -> dict[str, Any]:
                     gc.enable()
             us = {name: statistics.median(s) / 1000 / steps for name, s in samples.items()}
             anchor_us = us.get("agent_replay")
-            rows.append({"steps": steps, "mode": mode, "rounds": sizes.rounds,
+            rows.append({"steps": steps, "mode": mode, "rounds": sizes.rounds, "calls_per_batch": calls,
                          "otel_replay_us_per_step": us["otel-replay"],
                          "agent_replay_us_per_step": anchor_us,
                          "ratio": us["otel-replay"] / anchor_us if anchor_us else None})
     return {"quick": quick, "rounds": sizes.rounds, "rows": rows, "target_ratio": TARGET_RATIO,
+            "python": f"{platform.python_implementation()} {platform.python_version()}",
+            "machine": f"{platform.system()} {platform.machine()}",
             "agent_replay": _anchor_version(ar), "agent_replay_skipped": None if ar is not None else
             f"agent_replay not importable in this interpreter: skipped (install it with `{ANCHOR_INSTALL}`)"}
 
@@ -289,7 +307,8 @@ def format_replay_table(result: dict[str, Any]) -> str:
         ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "skipped"
         lines.append(f"| {r['steps']} | {r['mode']} | {r['otel_replay_us_per_step']:.1f} | {theirs} | {ratio} |")
     lines.append("")
-    lines.append(f"Median of {result['rounds']:,} replays per cell; instant policies, so this is engine overhead.")
+    lines.append(f"Median of {result['rounds']:,} rounds per cell, each a batch of consecutive replays per engine; "
+                 f"instant policies, so this is engine overhead. {result['python']}, {result['machine']}.")
     if skipped:
         lines.append(skipped + ".")
         return "\n".join(lines)

@@ -76,11 +76,19 @@ def print_rows(table: pa.Table, *, as_json: bool, as_csv: bool, title: str | Non
         console().print(out)
 
 
+def user_errors() -> tuple[type[Exception], ...]:
+    """Library errors that are the user's to fix (shown as one line, never a traceback)."""
+    from otel_replay.attribution import AttributionError, VerifierError
+    from otel_replay.replay.policies import PolicyError
+
+    return StoreError, AttributionError, VerifierError, PolicyError
+
+
 class StoreCommand(click.Command):
     """A command whose library errors become one-line `Error: ...` messages."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except StoreError as exc:
+        except user_errors() as exc:
             raise click.ClickException(str(exc)) from exc

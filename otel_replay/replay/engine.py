@@ -24,7 +24,7 @@ from typing import Any
 
 from otel_replay.normalize.messages import canonical_message, message_text
 from otel_replay.replay import policies as policy_registry
-from otel_replay.replay.plan import Action, ReplayPlan
+from otel_replay.replay.plan import Action, Intervention, ReplayPlan
 from otel_replay.replay.run import (
     Message,
     ReplayRun,
@@ -88,15 +88,24 @@ def llm_output(value: Any, where: str) -> tuple[Message, ...]:
     if isinstance(value, str):
         return ({"role": "assistant", "parts": [{"type": "text", "content": value}]},)
     if isinstance(value, dict):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(m, dict) for m in value):
-        raise TypeError(f"{where} returned {type(value).__name__}; expected output messages "
-                        "(a list of {{role, parts}}), one message, or a string")
-    return tuple(canonical_message(m) for m in value)
+        return (canonical_message(value),)
+    if isinstance(value, list):
+        for m in value:
+            if not isinstance(m, dict):
+                break
+        else:
+            return tuple([canonical_message(m) for m in value])
+    raise TypeError(f"{where} returned {type(value).__name__}; expected output messages "
+                    "(a list of {{role, parts}}), one message, or a string")
+
+
+_NEVER_AWAITABLE = frozenset({str, dict, list, tuple, int, float, bool, type(None)})
 
 
 def _run_policy(fn: Any, *args: Any) -> Any:
     result = fn(*args)
+    if type(result) in _NEVER_AWAITABLE:  # the usual case, without isawaitable's ABC checks
+        return result
     if inspect.isawaitable(result):  # an async policy, run on this thread's own loop
         loop = asyncio.new_event_loop()
         try:
@@ -107,10 +116,11 @@ def _run_policy(fn: Any, *args: Any) -> Any:
 
 
 def _seed_now(rng: random.Random) -> None:
-    seed = rng.__dict__.pop("_seed_on_use", _NOTHING)
-    if seed is not _NOTHING:
+    pending = rng.__dict__.pop("_seed_on_use", _NOTHING)
+    if pending is not _NOTHING:
         rng.__class__ = random.Random
-        random.Random.seed(rng, seed)
+        seed, position = pending
+        random.Random.seed(rng, f"{seed}:{position}")
 
 
 class _SeededOnUse(random.Random):
@@ -123,10 +133,10 @@ class _SeededOnUse(random.Random):
     """
 
     __slots__ = ()  # the same layout as random.Random, so the class can be switched in place
+    gauss_next = None  # read by gauss() before its first draw, as after seed()
 
-    def __init__(self, seed: str | None = None) -> None:  # no super().__init__: that would seed now
-        self._seed_on_use = seed
-        self.gauss_next = None  # read by gauss() before its first draw, as after seed()
+    def __init__(self, seed: Any = None, position: Any = None) -> None:  # no super().__init__: it seeds now
+        self._seed_on_use = (seed, position)
 
     def random(self) -> float:
         _seed_now(self)  # a function: methods bound before the switch still call it
@@ -178,10 +188,12 @@ class _Prepared:
     everywhere in the store layer), so a trajectory's preparation holds for its whole life.
     """
 
-    __slots__ = ("cassette", "source_of", "request_keys", "known_hashes", "known_keys", "bound",
-                 "response_ids", "recorded_calls", "llm_steps", "tool_templates")
+    __slots__ = ("steps", "cassette", "source_of", "request_keys", "known_hashes", "known_keys", "bound",
+                 "response_ids", "recorded_calls", "llm_steps", "plans")
 
     def __init__(self, trajectory: Trajectory) -> None:
+        self.steps = trajectory.steps
+        self.plans: dict[int, tuple[ReplayPlan, dict[int | None, Intervention], str]] = {}  # id(plan) -> ...
         self.source_of: dict[int, int] = {e.target: e.source for e in trajectory.edges if e.via == "tool_call"}
         self.cassette: dict[tuple[str, str, str], list[Any]] = {}
         self.request_keys: dict[int | None, str] = {}  # llm step -> the cassette key of its recorded request
@@ -209,9 +221,24 @@ class _Prepared:
                 self.bound.setdefault(source, []).append(step)
         self.llm_steps = [s for s in trajectory.steps if s.kind == "llm"]
 
+    def plan(self, plan: ReplayPlan) -> tuple[dict[int | None, Intervention], str]:
+        """`plan.action(i)` for every step, and `plan.key()`, once per plan (a plan is frozen; the
+        rollouts of one attribution share it, and an explicit plan's `action` scans its list)."""
+        entry = self.plans.get(id(plan))
+        if entry is not None and entry[0] is plan:  # the entry holds the plan, so its id is not reused
+            return entry[1], entry[2]
+        table = {step.index: plan.action(step.index) for step in self.steps}  # type: ignore[arg-type]
+        key = plan.key()
+        with _PREPARED_LOCK:
+            while len(self.plans) >= _PLANS_MAX:
+                self.plans.pop(next(iter(self.plans)), None)
+            self.plans[id(plan)] = (plan, table, key)
+        return table, key
+
 
 _PREPARED: dict[int, tuple[Trajectory, _Prepared]] = {}  # id(trajectory) -> (trajectory, its preparation)
 _PREPARED_MAX = 16
+_PLANS_MAX = 64  # plans remembered per trajectory
 _PREPARED_LOCK = threading.Lock()
 
 
@@ -241,12 +268,14 @@ class Replayer:
         self.results: dict[str, Any] = {}  # recorded tool-call id -> (live id, response) or _REMOVED
         self.live_out: dict[int, tuple[Message, ...]] = {}
         self.live_in: dict[int, list[Message]] = {}
+        self.live_hash: dict[int, str] = {}  # outputs_hash of live_out
         self.outcomes: list[StepOutcome] = []
         self.policy_calls = 0
         self.diverged_at: int | None = None
         self.ended = False
         self.truncated = False
         self.prep = _prepared(trajectory)
+        self.actions, self.plan_key = self.prep.plan(plan)
         self.source_of = self.prep.source_of  # read-only, shared by every rollout of the trajectory
         self.cassette = self.prep.cassette  # read-only, likewise
 
@@ -267,7 +296,8 @@ class Replayer:
         return _key_of(step, arguments)
 
     def _rng(self, position: int | str) -> random.Random:
-        return _SeededOnUse(f"{self.seed}:{position}")
+        """`random.Random(f"{seed}:{position}")`, seeded on first use."""
+        return _SeededOnUse(self.seed, position)
 
     def _stop(self, step: Step | None, cause: str, reason: str) -> _Stop:
         return _Stop(Unreplayable(step.index if step else None, step.kind if step else "llm",
@@ -347,7 +377,7 @@ class Replayer:
                 self._continue_loop()
         except _Stop as stop:
             unreplayable = stop.why
-        return ReplayRun(self.traj.trace_id, self.plan.key(), self.seed, tuple(self.outcomes), self._final_output(),
+        return ReplayRun(self.traj.trace_id, self.plan_key, self.seed, tuple(self.outcomes), self._final_output(),
                          self.policy_calls, self.diverged_at, unreplayable, self.truncated)
 
     def _final_output(self) -> str:
@@ -359,7 +389,7 @@ class Replayer:
         return ""
 
     def _llm(self, step: Step) -> None:
-        intervention = self.plan.action(step.index)
+        intervention = self.actions[step.index]
         as_recorded = not self.subst and not self.results  # then the live request is the recorded one
         live = self._apply(step.inputs, step.input_hashes, self.prep.response_ids.get(step.index, ()))
         self.live_in[step.index] = live
@@ -381,7 +411,7 @@ class Replayer:
                                self.plan.model or step.model)
             outputs, source = self._call_llm(fn, step, inputs, step.index), "policy"
         self.live_out[step.index] = outputs
-        live_hash = self._outputs_hash(outputs)
+        live_hash = self.live_hash[step.index] = self._outputs_hash(outputs)
         changed = live_hash != self._outputs_hash(step.outputs)
         self._record(step, source, live, outputs, changed, output_hash=live_hash)
         if not changed:
@@ -456,7 +486,12 @@ class Replayer:
         if live is None:
             return None, None
         calls = _calls(live)
-        match = next((c for c in calls if step.tool_call_id and c.get("id") == step.tool_call_id), None)
+        match = None
+        if step.tool_call_id:
+            for c in calls:
+                if c.get("id") == step.tool_call_id:
+                    match = c
+                    break
         if match is None:
             same_name = [c for c in calls if c.get("name") == step.tool_name]
             earlier = [s for s in self._bound_tool_steps(source) if s.tool_name == step.tool_name and s.index < step.index]
@@ -472,7 +507,7 @@ class Replayer:
             return
         arguments = call.get("arguments")
         inputs = [{"role": "assistant", "parts": [call]}]
-        intervention = self.plan.action(step.index)
+        intervention = self.actions[step.index]
         held = None
         if intervention.action is Action.HOLD:  # the cassette is read for a held step only
             held = self.cassette.get((step.kind, step.name, self._tool_key(step, arguments)))
@@ -511,7 +546,8 @@ class Replayer:
             return
         last = llm_steps[-1]
         outputs = self.live_out.get(last.index, last.outputs)
-        if self._outputs_hash(outputs) == self._outputs_hash(last.outputs) or not _calls(outputs):
+        live_hash = self.live_hash[last.index] if last.index in self.live_out else self._outputs_hash(outputs)
+        if live_hash == self._outputs_hash(last.outputs) or not _calls(outputs):
             return
         history = list(self.live_in.get(last.index, last.inputs)) + list(outputs)
         history += [o.outputs[0] for o in self.outcomes if o.kind == "tool" and o.outputs

@@ -95,11 +95,13 @@ class SimulatedModel:
             self.requests += 1
             number = self.requests
         request = ChatRequest(body, self._take_faults())
-        reply = self.script(request, self.rng_for(body))
+        rng = self.rng_for(body)
+        reply = self.script(request, rng)
+        call_ids = random.Random(rng.random())  # ids from the request too, never from arrival order
         calls = [reply] if isinstance(reply, ToolCall) else reply if isinstance(reply, list) else []
         if calls:
             message: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [
-                {"id": c.id or f"call_{xxhash.xxh3_64_hexdigest(f'{number}:{i}:{c.name}'.encode())[:12]}",
+                {"id": c.id or f"call_{call_ids.getrandbits(48):012x}",
                  "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
                 for i, c in enumerate(calls)]}
             finish = "tool_calls"
