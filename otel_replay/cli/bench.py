@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import click
 
 from otel_replay.cli.output import dumps
+
+# name -> (module, run function, table function, one-line help)
+BENCHMARKS = {
+    "capture": ("capture", "run_capture_bench", "format_capture_table",
+                "Capture hot path and writer versus BatchSpanProcessor with a no-op exporter."),
+    "import": ("imports", "run_import_bench", "format_import_table",
+               "Import throughput (steps/s) per format on the same generated traces."),
+    "receiver": ("receiver", "run_receiver_bench", "format_receiver_table",
+                 "OTLP/HTTP receiver throughput from one client, against a server that discards the body."),
+    "replay": ("replay", "run_replay_bench", "format_replay_table",
+               "Replay engine cost per step with instant policies, beside agent_replay."),
+    "attribution": ("attribution", "run_attribution_bench", "format_attribution_table",
+                    "Policy calls and time to a correct verdict beside agent_replay; statistics share; concurrency."),
+}
 
 
 @click.group()
@@ -14,43 +29,21 @@ def bench() -> None:
     """Benchmarks (ratios against a baseline measured in the same run)."""
 
 
-@bench.command("capture")
-@click.option("--quick", is_flag=True, help="Small sizes, a few seconds (numbers are noisier).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write results here.")
-def bench_capture(quick: bool, json_path: Path | None) -> None:
-    """Capture hot path and writer versus BatchSpanProcessor with a no-op exporter."""
-    from otel_replay.bench.capture import format_capture_table, run_capture_bench
+def _command(name: str, module: str, run: str, table: str, summary: str) -> click.Command:
+    @click.command(name=name, help=summary)
+    @click.option("--quick", is_flag=True, help="Small sizes, seconds instead of minutes (numbers are noisier).")
+    @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write results here.")
+    def command(quick: bool, json_path: Path | None) -> None:
+        bench_module = importlib.import_module(f"otel_replay.bench.{module}")
+        result = getattr(bench_module, run)(quick=quick)
+        click.echo(getattr(bench_module, table)(result))
+        if json_path:
+            json_path.write_text(dumps(result, indent=2))
 
-    result = run_capture_bench(quick=quick)
-    click.echo(format_capture_table(result))
-    if json_path:
-        json_path.write_text(dumps(result, indent=2))
-
-
-@bench.command("import")
-@click.option("--quick", is_flag=True, help="500 traces instead of 10,000.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write results here.")
-def bench_import(quick: bool, json_path: Path | None) -> None:
-    """Import throughput (steps/s) per format on the same generated traces."""
-    from otel_replay.bench.imports import format_import_table, run_import_bench
-
-    result = run_import_bench(quick=quick)
-    click.echo(format_import_table(result))
-    if json_path:
-        json_path.write_text(dumps(result, indent=2))
+    return command
 
 
-@bench.command("receiver")
-@click.option("--quick", is_flag=True, help="Small sizes, a few seconds (numbers are noisier).")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write results here.")
-def bench_receiver(quick: bool, json_path: Path | None) -> None:
-    """OTLP/HTTP receiver throughput from one client, against a server that discards the body."""
-    from otel_replay.bench.receiver import format_receiver_table, run_receiver_bench
-
-    result = run_receiver_bench(quick=quick)
-    click.echo(format_receiver_table(result))
-    if json_path:
-        json_path.write_text(dumps(result, indent=2))
-
+for _name, _spec in BENCHMARKS.items():
+    bench.add_command(_command(_name, *_spec))
 
 COMMANDS = [bench]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_replay.testing.model import ChatRequest, Reply, SimulatedModel, ToolCall
+from otel_replay.testing.recording import recording, run_tool_loop
 
 TURNS = 4
 P_BAD = 0.1
@@ -83,47 +84,10 @@ def by_chance(final_output: str, rollout: Any = None) -> float:
 
 def record_planted(store: Any, topology: Topology, model_seed: int = 0) -> str:
     """Run the pipeline agent once with the topology's recorded choices; returns the trace id."""
-    from otel_replay.testing.support_agent import enable_content_capture
-
-    enable_content_capture()
-    import openai
-    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-
-    from otel_replay.capture import ReplayProcessor
-    from otel_replay.testing.server import SimulatedModelServer
-
-    processor = ReplayProcessor(store)
-    provider = TracerProvider(resource=Resource.create({"service.name": f"planted-{topology.name}"}))
-    provider.add_span_processor(processor)
-    instrumentor = OpenAIInstrumentor()
-    if instrumentor.is_instrumented_by_opentelemetry:
-        instrumentor.uninstrument()
-    instrumentor.instrument(tracer_provider=provider)
-    tracer = provider.get_tracer("planted")
-    try:
-        with SimulatedModelServer(SimulatedModel(pipeline_script(topology, recording=True), model_seed)) as server:
-            client = openai.OpenAI(base_url=server.base_url, api_key="sim", max_retries=0)
-            messages: list[dict[str, Any]] = [{"role": "user", "content": f"Run the {topology.name} task."}]
-            with tracer.start_as_current_span(f"invoke_agent {topology.name}", attributes={
-                    "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": topology.name}) as root:
-                trace_id = format(root.get_span_context().trace_id, "032x")
-                for _ in range(TURNS + 1):
-                    message = client.chat.completions.create(model="sim-gpt", messages=messages, tools=TOOLS).choices[0].message
-                    if not message.tool_calls:
-                        break
-                    messages.append(message.model_dump(exclude_none=True))
-                    for call in message.tool_calls:
-                        with tracer.start_as_current_span(f"execute_tool {call.function.name}", attributes={
-                                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call.function.name,
-                                "gen_ai.tool.call.id": call.id, "gen_ai.tool.call.arguments": call.function.arguments}) as span:
-                            result = TOOL_FUNCTIONS[call.function.name](**json.loads(call.function.arguments))
-                            span.set_attribute("gen_ai.tool.call.result", result)
-                        messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-    finally:
-        instrumentor.uninstrument()
-        provider.shutdown()
+    model = SimulatedModel(pipeline_script(topology, recording=True), model_seed)
+    with recording(store, f"planted-{topology.name}", model) as (client, tracer):
+        messages = [{"role": "user", "content": f"Run the {topology.name} task."}]
+        _, trace_id = run_tool_loop(client, tracer, topology.name, messages, TOOLS, TOOL_FUNCTIONS, TURNS + 1)
     return trace_id
 
 

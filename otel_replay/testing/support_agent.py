@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from otel_replay.testing.model import ChatRequest, Reply, SimulatedModel, ToolCall
+from otel_replay.testing.recording import recording, run_tool_loop
 
 SYSTEM = ("You are a support agent for Parcelwise. Look orders up before answering. Refund the full price "
           "of an order that arrived late; never refund an order that arrived on time.")
@@ -81,70 +82,19 @@ def refunded(final_output: str, rollout: Any = None) -> float:
     return 1.0 if "refunded $89.50" in final_output else 0.0
 
 
-def run_support_agent(client: Any, tracer: Any, question: str = QUESTION, model: str = "sim-gpt") -> tuple[str, str]:
-    """The agent loop (real SDK client, real spans): ask, run tools, repeat until an answer.
-
-    Returns (final answer, trace id).
-    """
-    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
-    with tracer.start_as_current_span("invoke_agent support-agent", attributes={
-            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "support-agent"}) as root:
-        trace_id = format(root.get_span_context().trace_id, "032x")
-        for _ in range(8):
-            reply = client.chat.completions.create(model=model, messages=messages, tools=TOOLS, temperature=0.7)
-            message = reply.choices[0].message
-            if not message.tool_calls:
-                return str(message.content), trace_id
-            messages.append(message.model_dump(exclude_none=True))
-            for call in message.tool_calls:
-                with tracer.start_as_current_span(f"execute_tool {call.function.name}", attributes={
-                        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call.function.name,
-                        "gen_ai.tool.call.id": call.id, "gen_ai.tool.call.arguments": call.function.arguments}) as span:
-                    result = TOOL_FUNCTIONS[call.function.name](**json.loads(call.function.arguments))
-                    span.set_attribute("gen_ai.tool.call.result", result)
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-    return "", trace_id
-
-
 def record_support_run(store: str | os.PathLike[str], *, fault: bool = True, seed: int = 7) -> tuple[str, str]:
     """Run the agent once against the simulated model and capture it into `store`.
 
-    Uses the real openai SDK, the real opentelemetry-instrumentation-openai-v2 and ReplayProcessor.
     Returns (trace id, final answer).
     """
-    enable_content_capture()
-    import openai
-    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-
-    from otel_replay.capture import ReplayProcessor
-    from otel_replay.testing.server import SimulatedModelServer
-
     model = support_model(seed)
     if fault:
         model.plant("wrong_order_id")
-    processor = ReplayProcessor(store)
-    provider = TracerProvider(resource=Resource.create({"service.name": "support-service"}))
-    provider.add_span_processor(processor)
-    instrumentor = OpenAIInstrumentor()
-    if instrumentor.is_instrumented_by_opentelemetry:
-        instrumentor.uninstrument()
-    instrumentor.instrument(tracer_provider=provider)
-    try:
-        with SimulatedModelServer(model) as server:
-            client = openai.OpenAI(base_url=server.base_url, api_key="sim", max_retries=0)
-            answer, trace_id = run_support_agent(client, provider.get_tracer("support-agent"))
-    finally:
-        instrumentor.uninstrument()
-        provider.shutdown()
+    with recording(store, "support-service", model) as (client, tracer):
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTION}]
+        answer, trace_id = run_tool_loop(client, tracer, "support-agent", messages, TOOLS, TOOL_FUNCTIONS,
+                                         temperature=0.7)
     return trace_id, answer
-
-
-def enable_content_capture() -> None:
-    """Content capture settings for opentelemetry-instrumentation-openai-v2 (before it is imported)."""
-    os.environ.setdefault("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
-    os.environ.setdefault("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
 
 
 def register_policies(base_url: str, registry: Any = None) -> None:
