@@ -65,12 +65,18 @@ class ContrastiveScan:
         self.resamplable = [s.index for s in trajectory.steps if runner.can_resample(trajectory, s.index)]
         self.rows: dict[int, list[dict]] = {}  # boundary k -> rollout rows
 
-    def _sample(self, k: int, n: int) -> list[dict]:
-        plan = boundary_plan(self.resamplable, k)
-        role = "factual" if not plan.interventions else "boundary"
-        specs = [RolloutSpec(plan, k if k < len(self.traj) else None, role, r) for r in range(n)]
-        self.rows[k] = self.runner.run(self.traj, specs)
-        return self.rows[k]
+    def _sample(self, boundaries: tuple[int, ...], n: int) -> list[list[dict]]:
+        """n rollouts of each boundary plan, all submitted at once (they run concurrently)."""
+        specs = []
+        for k in boundaries:
+            plan = boundary_plan(self.resamplable, k)
+            role = "factual" if not plan.interventions else "boundary"
+            specs += [RolloutSpec(plan, k if k < len(self.traj) else None, role, r) for r in range(n)]
+        rows = self.runner.run(self.traj, specs)
+        for k in boundaries:
+            key = boundary_plan(self.resamplable, k).key()
+            self.rows[k] = [r for r in rows if r["plan"] == key]
+        return [self.rows[k] for k in boundaries]
 
     @staticmethod
     def _counts(rows: list[dict]) -> tuple[int, int]:
@@ -82,7 +88,7 @@ class ContrastiveScan:
         n = o.batch if adaptive else o.rollouts
         est = StepEstimate(i)
         while True:
-            held, resampled = self._sample(i + 1, n), self._sample(i, n)
+            held, resampled = self._sample((i + 1, i), n)
             (kh, nh), (kr, nr) = self._counts(held), self._counts(resampled)
             est.n_held, est.n_resampled = nh, nr
             if nh == 0 or nr == 0:

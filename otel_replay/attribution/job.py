@@ -186,8 +186,9 @@ class Job:
                 f"{recorded_score:.2f}, threshold {p.threshold}); attributing a "
                 f"{'failing' if p.credit else 'passing'} run is an error"
                 + ("" if p.credit else " (use --credit to find which step secured the success)"))
-        scan = ContrastiveScan(trajectory, runner, ScanOptions(rollouts=p.rollouts, adaptive=p.adaptive,
-                                                               target_width=p.target_width, full=p.full),
+        options = ScanOptions(rollouts=p.rollouts, adaptive=p.adaptive, target_width=p.target_width, full=p.full,
+                              max_rollouts=max(p.rollouts, 10))  # with --adaptive, --rollouts caps each plan
+        scan = ContrastiveScan(trajectory, runner, options,
                                on_step=lambda est: self._lead(trajectory, est))
         estimates = scan.run() if p.method in ("contrastive", "both") else []
         rows = step_rows(trajectory, estimates) if estimates else []

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from otel_replay.normalize.messages import canonical_message, message_text
+from otel_replay.normalize.messages import canonical_messages, message_text
 from otel_replay.replay import policies as policy_registry
 from otel_replay.replay.plan import Action, Intervention, ReplayPlan
 from otel_replay.replay.run import (
@@ -88,13 +88,13 @@ def llm_output(value: Any, where: str) -> tuple[Message, ...]:
     if isinstance(value, str):
         return ({"role": "assistant", "parts": [{"type": "text", "content": value}]},)
     if isinstance(value, dict):
-        return (canonical_message(value),)
+        value = [value]
     if isinstance(value, list):
         for m in value:
             if not isinstance(m, dict):
                 break
         else:
-            return tuple([canonical_message(m) for m in value])
+            return tuple(canonical_messages(value))  # memoized: a policy's repeated answers cost a lookup
     raise TypeError(f"{where} returned {type(value).__name__}; expected output messages "
                     "(a list of {{role, parts}}), one message, or a string")
 

@@ -60,8 +60,13 @@ class ReplayRun:
 
     @property
     def digest(self) -> str:
-        """Content hash of the whole rollout: equal digests mean byte-identical runs."""
-        return content_hash(canonical_bytes(self.to_dict()))
+        """Content hash of the rollout: every step's source and output hash, the final output and
+        the outcome. Inputs are not hashed again: they are a function of the recording and the
+        earlier outputs, so equal digests mean byte-identical runs."""
+        steps = [(o.index, o.kind, o.name, o.source, o.changed, o.output_hash) for o in self.steps]
+        why = None if self.unreplayable is None else str(self.unreplayable)
+        return content_hash(canonical_bytes([self.trace_id, self.plan, self.seed, steps, self.final_output,
+                                             self.policy_calls, self.diverged_at, why, self.truncated]))
 
 
 def message_hash(message: Message) -> str:
