@@ -10,9 +10,13 @@ from otel_replay.normalize.messages import canonical_bytes, content_hash
 Message = dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StepOutcome:
-    """One step of a rollout. `index` is the recorded step's index (None past the recording)."""
+    """One step of a rollout. `index` is the recorded step's index (None past the recording).
+
+    Not frozen only because frozen construction costs ~1 µs, a tenth of a replayed step; treat it
+    as read-only like the rest of a `ReplayRun`.
+    """
 
     index: int | None
     kind: str
