@@ -167,6 +167,8 @@ def test_cli_batch_job_aggregate_jobs_and_report(planted, tmp_path, monkeypatch)
     agg = CliRunner().invoke(cli, ["--store", str(root), "aggregate", "--job", job_id, "--json"])
     rows = [json.loads(line) for line in agg.output.splitlines()]
     assert rows[0]["name"] == "chat sim-gpt" and rows[0]["culprit_in"] == 2
+    where = CliRunner().invoke(cli, ["--store", str(root), "aggregate", "--where", "service_name = 'planted-butterfly'", "--json"])
+    assert [json.loads(line)["culprit_in"] for line in where.output.splitlines()][0] >= 1
     jobs = CliRunner().invoke(cli, ["--store", str(root), "jobs", "--json"])
     assert any(json.loads(line)["job_id"] == job_id and json.loads(line)["status"] == "done" for line in jobs.output.splitlines())
     html = tmp_path / "r.html"
@@ -199,3 +201,17 @@ def test_demo_runs_offline_end_to_end(tmp_path):
     assert out.exit_code == 0, out.output
     assert "★ decisive" in out.output and "FIX   Replace step 0's output" in out.output
     assert (tmp_path / "demo.html").read_text().count("decisive") >= 1
+
+
+def test_shapley_values_are_efficient_and_share_a_conjunction_between_its_causes(planted):
+    root, traces = planted
+    result, _ = attribute(root, "and", traces["and"], method="both", shapley_permutations=6, rollouts=12)
+    values = {s["index"]: s for s in result.shapley}
+    assert set(values) == {0, 1, 2, 3, 4, 5, 6, 7, 8}  # every resamplable step (llm and tool) has a value
+    # efficiency: each permutation's marginals telescope to v(all held) - v(none held) = 1 - P(both re-decided bad)
+    assert abs(sum(v["value"] for v in values.values()) - 0.99) < 0.1
+    assert values[2]["value"] > 0.2 and values[6]["value"] > 0.2  # both halves of the AND get credit
+    assert {values[2]["rank"], values[6]["rank"]} == {1, 2}
+    assert all(abs(v["value"]) < 0.3 for i, v in values.items() if i not in (2, 6))
+    stored = Store(root).sql("select count(*) n from results where job_id = ? and method = 'shapley'", [result.job_id])
+    assert stored.column("n")[0].as_py() == 9

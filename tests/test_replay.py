@@ -328,3 +328,14 @@ def test_policies_load_from_a_module_and_from_entry_points(tmp_path, monkeypatch
             policies.load_module("no_such_policies_module")
     finally:
         policies.registry.clear()
+
+
+def test_a_new_tool_call_id_alone_does_not_unhold_later_steps(loop):
+    """Step 0 re-decided makes the same call under another id: step 2 stays served from the recording."""
+    registry = Registry()
+    registry.register("llm", None, lambda step, inputs, rng: [call("other-id", "weather", city="Paris")])
+    registry.register("tool", "weather", lambda arguments, rng: SUNNY)
+    run = replay(loop, ReplayPlan.resample(0), policies=registry)
+    assert [o.source for o in run.steps] == ["policy", "recording", "recording"]
+    assert run.steps[1].outputs[0]["parts"][0]["id"] == "other-id"  # the tool answers the live call
+    assert run.final_output == "It is sunny."

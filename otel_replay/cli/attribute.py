@@ -150,16 +150,19 @@ def jobs(store: Store, limit: int, as_json: bool, as_csv: bool) -> None:
 
 @click.command(cls=StoreCommand)
 @click.option("--job", "job_id", help="Only this job's results (default: every job).")
+@click.option("--where", help="Only traces matching this SQL predicate over the traces view.")
 @output_options
 @click.pass_obj
-def aggregate(store: Store, job_id: str | None, as_json: bool, as_csv: bool) -> None:
+def aggregate(store: Store, job_id: str | None, where: str | None, as_json: bool, as_csv: bool) -> None:
     """The systematic weak step: how often each step name is the culprit across failing runs.
 
     Example: otel-replay aggregate --job j1a2b3c4d5e6
     """
+    traces = select_traces(store, where) if where else None
     con = store.connect()
     try:
-        rows = con.sql(queries.query("aggregate_by_step_name"), params=[job_id, job_id]).to_arrow_table()
+        rows = con.sql(queries.query("aggregate_by_step_name"),
+                       params=[job_id, job_id, traces, traces]).to_arrow_table()
     finally:
         con.close()
     print_rows(rows, as_json=as_json, as_csv=as_csv, title="culprits by step name")

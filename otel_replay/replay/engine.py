@@ -165,11 +165,35 @@ class _SeededOnUse(random.Random):
         random.Random.setstate(self, state)
 
 
+def _without_call_ids(messages: Any) -> list[Any]:
+    """Messages with tool-call ids renamed by order of appearance.
+
+    Ids are labels, not content: a re-decided step that makes the same call under a new id must
+    not stop a later held step from binding to its recording.
+    """
+    names: dict[Any, str] = {}
+    out = []
+    for message in messages:
+        parts = message.get("parts", []) if isinstance(message, dict) else []
+        if not any(isinstance(p, dict) and "id" in p and p.get("type") in ("tool_call", "tool_call_response")
+                   for p in parts):
+            out.append(message)
+            continue
+        renamed = []
+        for part in parts:
+            if isinstance(part, dict) and "id" in part and part.get("type") in ("tool_call", "tool_call_response"):
+                part = {**part, "id": names.setdefault(part["id"], f"#{len(names)}")}
+            renamed.append(part)
+        out.append({**message, "parts": renamed})
+    return out
+
+
 def _key_of(step: Step, payload: Any) -> str:
-    """Cassette key: a tool's arguments, or an llm call's whole request."""
+    """Cassette key: a tool's arguments, or an llm call's whole request (tool-call ids aside)."""
     if step.kind in ("tool", "retrieval"):
         return outputs_hash([{"arguments": payload}])
-    return outputs_hash([{"system": list(step.system), "tools": list(step.tools), "messages": list(payload)}])
+    return outputs_hash([{"system": list(step.system), "tools": list(step.tools),
+                          "messages": _without_call_ids(payload)}])
 
 
 def _response_ids(message: Message) -> frozenset[Any] | None:

@@ -91,6 +91,7 @@ SELECT name, kind,
        round(max(estimate), 3) AS max_effect
 FROM results
 WHERE method = 'contrastive' AND (? IS NULL OR job_id = ?)
+  AND (? IS NULL OR trace_id IN (SELECT unnest(?::VARCHAR[])))
 GROUP BY name, kind
 ORDER BY culprit_in DESC, mean_effect DESC NULLS LAST;
 
