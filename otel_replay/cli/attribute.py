@@ -106,10 +106,16 @@ def write_outputs(store: Store, reports: list[dict[str, Any]], json_path: Path |
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the JSON report.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the HTML report.")
+@click.option("--export", "export_to", type=click.Choice(["otlp"]), help="Send the blame into the original trace.")
+@click.option("--otlp-endpoint", help="Default: $OTEL_EXPORTER_OTLP_ENDPOINT.")
+@click.option("--otlp-protocol", type=click.Choice(["grpc", "http/protobuf"]))
+@click.option("--otlp-header", "otlp_headers", multiple=True, metavar="K=V")
 @click.pass_obj
 def attribute(store: Store, trace_ids: tuple[str, ...], where: str | None, resume: str | None, policies_spec: str | None,
               verifier: str | None, expect_contains: str | None, expect_regex: str | None,
-              expect_json_schema: Path | None, json_path: Path | None, html_path: Path | None, **options: Any) -> None:
+              expect_json_schema: Path | None, json_path: Path | None, html_path: Path | None, export_to: str | None,
+              otlp_endpoint: str | None, otlp_protocol: str | None, otlp_headers: tuple[str, ...],
+              **options: Any) -> None:
     """Find the step that made a run fail: counterfactual rollouts, intervals, a repair.
 
     Example: otel-replay attribute --trace-id 4bf92f --policies myproj.policies --verifier myproj:ok --repair
@@ -132,6 +138,12 @@ def attribute(store: Store, trace_ids: tuple[str, ...], where: str | None, resum
     for report in reports:
         print_result(store, report)
     write_outputs(store, reports, json_path, html_path)
+    if export_to:
+        from otel_replay.export.job import export_reports
+
+        count = export_reports(store, reports, export_to, protocol=otlp_protocol, endpoint=otlp_endpoint,
+                               headers=parse_headers(otlp_headers))
+        click.echo(f"exported {count} blame spans into the original trace(s)")
 
 
 @click.command(cls=StoreCommand)
@@ -193,3 +205,41 @@ def report(store: Store, job_id: str, trace_id: str, html_path: Path | None, jso
 
 
 COMMANDS = [attribute, jobs, aggregate, report]
+
+
+def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
+    headers = {}
+    for value in values:
+        key, sep, text = value.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{value!r}: use KEY=VALUE", param_hint="--otlp-header")
+        headers[key.strip()] = text.strip()
+    return headers
+
+
+@click.command(name="export", cls=StoreCommand)
+@click.option("--job", "job_id", required=True)
+@click.option("--trace-id", help="Only this trace (default: every trace of the job).")
+@click.option("--to", "to", type=click.Choice(["otlp", "jaeger-json", "otlp-json"]), required=True)
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="The file, for jaeger-json and otlp-json.")
+@click.option("--otlp-endpoint", help="Default: $OTEL_EXPORTER_OTLP_ENDPOINT, as for any OTel exporter.")
+@click.option("--otlp-protocol", type=click.Choice(["grpc", "http/protobuf"]), help="Default: $OTEL_EXPORTER_OTLP_PROTOCOL or http/protobuf.")
+@click.option("--otlp-header", "headers", multiple=True, metavar="K=V", help="An extra header (repeatable).")
+@click.option("--service-name", default="otel-replay", show_default=True)
+@click.option("--export-payloads", is_flag=True, help="Include the repaired output (payloads are not exported otherwise).")
+@click.pass_obj
+def export(store: Store, job_id: str, trace_id: str | None, to: str, out: Path | None, otlp_endpoint: str | None,
+           otlp_protocol: str | None, headers: tuple[str, ...], service_name: str, export_payloads: bool) -> None:
+    """Blame back into the original trace: OTLP to Jaeger/Tempo/Grafana, or Jaeger/OTLP JSON files.
+
+    Example: otel-replay export --job j1a2b3c4d5e6 --to otlp --otlp-endpoint http://127.0.0.1:4318
+    """
+    from otel_replay.export.job import export_reports, stored_reports
+
+    reports = stored_reports(store, job_id, store.resolve_trace_id(trace_id) if trace_id else None)
+    count = export_reports(store, reports, to, out=out, protocol=otlp_protocol, endpoint=otlp_endpoint,
+                           headers=parse_headers(headers), service_name=service_name, payloads=export_payloads)
+    click.echo(f"exported {count} blame spans for {len(reports)} trace(s)" + (f" to {out}" if out else ""))
+
+
+COMMANDS.append(export)

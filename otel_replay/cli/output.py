@@ -79,9 +79,10 @@ def print_rows(table: pa.Table, *, as_json: bool, as_csv: bool, title: str | Non
 def user_errors() -> tuple[type[Exception], ...]:
     """Library errors that are the user's to fix (shown as one line, never a traceback)."""
     from otel_replay.attribution import AttributionError, VerifierError
+    from otel_replay.export.otlp import ExportError
     from otel_replay.replay.policies import PolicyError
 
-    return StoreError, AttributionError, VerifierError, PolicyError
+    return StoreError, AttributionError, VerifierError, PolicyError, ExportError
 
 
 class StoreCommand(click.Command):

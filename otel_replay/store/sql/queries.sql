@@ -100,3 +100,11 @@ SELECT report FROM reports WHERE job_id = ? AND trace_id = ?;
 
 -- name: job_reports
 SELECT trace_id, report FROM reports WHERE job_id = ? ORDER BY trace_id;
+
+-- name: trace_root_span
+SELECT root_span_id FROM traces WHERE trace_id = ?;
+
+-- name: trace_span_rows
+SELECT trace_id, span_id, parent_span_id, name, span_kind, start_ns, end_ns, status_code, status_message,
+       service_name, scope_name, scope_version, attributes, events, links, resource
+FROM spans WHERE trace_id = ? ORDER BY start_ns, span_id;

@@ -1,0 +1,86 @@
+"""Blame back into the original trace, as real OpenTelemetry spans.
+
+One `otel_replay.attribution` span under the trace's root span (same trace id), with the
+numbers as attributes, an `otel_replay.step_blame` event per step and a link to each scored
+step's span; under each scored step's own span a child `otel_replay.blame <step name>` span; the
+repair as an event on the culprit's blame span. Spans carry the current time (Tempo indexes by
+ingestion time); the span tree ties them to the steps. Payloads only with `payloads=True`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
+
+from otel_replay._version import __version__
+
+DEFAULT_SERVICE = "otel-replay"
+SCORED = ("decisive", "contributing", "locked-in", "no effect")
+
+
+def _context(trace_id: str, span_id: str) -> SpanContext:
+    return SpanContext(int(trace_id, 16), int(span_id, 16), is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+
+
+def _blame(step: dict[str, Any]) -> dict[str, Any]:
+    values = {"otel_replay.blame.score": step["estimate"], "otel_replay.blame.ci_low": step["ci_low"],
+              "otel_replay.blame.ci_high": step["ci_high"], "otel_replay.blame.verdict": step["verdict"],
+              "otel_replay.blame.culprit": bool(step["culprit"]), "otel_replay.blame.rank": step.get("rank")}
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _step(step: dict[str, Any]) -> dict[str, Any]:
+    return {"otel_replay.step.index": step["index"], "otel_replay.step.name": step["name"],
+            "otel_replay.step.span_id": step["span_id"]}
+
+
+def blame_spans(report: dict[str, Any], root_span_id: str, service_name: str = DEFAULT_SERVICE,
+                payloads: bool = False) -> list[ReadableSpan]:
+    """The blame spans for one attribution report, built by the OpenTelemetry SDK."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("otel-replay", __version__)
+    trace_id = report["trace_id"]
+    scored = [s for s in report["steps"] if s["verdict"] in SCORED and s["estimate"] is not None]
+    culprit = report["culprit"]
+    attributes: dict[str, Any] = {
+        "otel_replay.attribution.job_id": report["job_id"], "otel_replay.attribution.method": report["method"],
+        "otel_replay.attribution.verdict": report["verdict"], "otel_replay.attribution.rollouts": report["rollouts"],
+        "otel_replay.attribution.policy_calls": report["policy_calls"],
+        "otel_replay.attribution.recorded_failure_rate": round(1 - report["recorded_score"], 6),
+        "otel_replay.attribution.threshold": report["threshold"],
+        "otel_replay.attribution.explanation": "\n".join(f"{k.upper()} {v}" for k, v in report["explanation"].items() if v),
+    }
+    if culprit:
+        attributes |= {"otel_replay.attribution.culprit.span_id": culprit["span_id"],
+                       "otel_replay.attribution.culprit.step_index": culprit["index"],
+                       "otel_replay.attribution.culprit.name": culprit["name"],
+                       "otel_replay.attribution.culprit.estimate": culprit["estimate"],
+                       "otel_replay.attribution.culprit.ci_low": culprit["ci_low"],
+                       "otel_replay.attribution.culprit.ci_high": culprit["ci_high"]}
+    links = [Link(_context(trace_id, s["span_id"]), {**_step(s), **_blame(s)}) for s in scored]
+    parent = set_span_in_context(NonRecordingSpan(_context(trace_id, root_span_id)))
+    with tracer.start_as_current_span("otel_replay.attribution", context=parent, attributes=attributes,
+                                      links=links) as span:
+        for step in report["steps"]:
+            span.add_event("otel_replay.step_blame", {**_step(step), **_blame(step)})
+    repair = report.get("repair")
+    for step in scored:
+        context = set_span_in_context(NonRecordingSpan(_context(trace_id, step["span_id"])))
+        with tracer.start_as_current_span(f"otel_replay.blame {step['name']}", context=context,
+                                          attributes=_blame(step)) as blame:
+            if step["culprit"] and repair:
+                event = {"otel_replay.repair.fail_rate": repair["fail_rate"], "otel_replay.repair.drift": repair["drift"],
+                         "otel_replay.repair.valid": repair["valid"]}
+                if payloads:
+                    event["otel_replay.repair.output"] = json.dumps(repair["output"], ensure_ascii=False)
+                blame.add_event("otel_replay.repair", event)
+    provider.shutdown()
+    return list(memory.get_finished_spans())

@@ -1,0 +1,66 @@
+"""Exporting a job's stored attribution results: nothing is recomputed, only read and sent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from otel_replay.export import files
+from otel_replay.export.blame import DEFAULT_SERVICE, blame_spans
+from otel_replay.export.otlp import ExportError, send
+from otel_replay.store import queries
+from otel_replay.trajectory import Store
+
+TARGETS = ("otlp", "jaeger-json", "otlp-json")
+
+
+def stored_reports(store: Store, job_id: str, trace_id: str | None = None) -> list[dict[str, Any]]:
+    con = store.connect()
+    try:
+        if trace_id:
+            rows = [(trace_id, r[0]) for r in con.execute(queries.query("job_report"), [job_id, trace_id]).fetchall()]
+        else:
+            rows = con.execute(queries.query("job_reports"), [job_id]).fetchall()
+    finally:
+        con.close()
+    if not rows:
+        what = f"trace {trace_id}" if trace_id else "any trace"
+        raise ExportError(f"job {job_id!r} has no attribution results for {what} (see `otel-replay jobs`)")
+    return [json.loads(report) for _, report in rows]
+
+
+def _root_and_rows(store: Store, trace_id: str) -> tuple[str, list[dict[str, Any]]]:
+    con = store.connect()
+    try:
+        root = con.execute(queries.query("trace_root_span"), [trace_id]).fetchall()
+        rows = con.sql(queries.query("trace_span_rows"), params=[trace_id]).to_arrow_table().to_pylist()
+    finally:
+        con.close()
+    if not root:
+        raise ExportError(f"trace {trace_id} is not in the store at {store.root}")
+    return root[0][0], rows
+
+
+def export_reports(store: Store, reports: list[dict[str, Any]], to: str, *, out: Path | None = None,
+                   protocol: str | None = None, endpoint: str | None = None, headers: dict[str, str] | None = None,
+                   service_name: str = DEFAULT_SERVICE, payloads: bool = False) -> int:
+    """Send (otlp) or write (jaeger-json, otlp-json) the blame of each report; returns spans exported."""
+    if to not in TARGETS:
+        raise ExportError(f"unknown export target {to!r}; use one of {', '.join(TARGETS)}")
+    everything, blame_total = [], 0
+    for report in reports:
+        root, rows = _root_and_rows(store, report["trace_id"])
+        spans = blame_spans(report, root, service_name, payloads)
+        blame_total += len(spans)
+        if to == "otlp":
+            send(spans, protocol, endpoint, headers)
+        else:
+            everything += files.records(rows, spans)
+    if to != "otlp":
+        document = files.to_jaeger(everything) if to == "jaeger-json" else files.to_otlp_json(everything)
+        text = json.dumps(document, indent=1, ensure_ascii=False)
+        if out is None:
+            raise ExportError(f"--to {to} writes a file: give --out FILE")
+        out.write_text(text)
+    return blame_total

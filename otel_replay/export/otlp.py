@@ -1,0 +1,59 @@
+"""Sending blame spans with the standard OTLP exporters (gRPC or HTTP/protobuf).
+
+With no endpoint given, the exporters read the standard `OTEL_EXPORTER_OTLP_*` environment
+variables as they do for any OpenTelemetry service.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from urllib.parse import urlparse
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+PROTOCOLS = ("grpc", "http/protobuf")
+
+
+class ExportError(Exception):
+    """The spans could not be delivered; the results stay in the store for a later export."""
+
+
+def exporter_for(protocol: str | None, endpoint: str | None, headers: dict[str, str] | None,
+                 timeout_s: float = 5.0) -> SpanExporter:
+    protocol = protocol or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or \
+        os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+            OTLPSpanExporter as GrpcExporter,
+        )
+
+        insecure = None if endpoint is None else urlparse(endpoint).scheme != "https"
+        return GrpcExporter(endpoint=endpoint, headers=headers or None, insecure=insecure, timeout=timeout_s)
+    if protocol != "http/protobuf":
+        raise ExportError(f"unknown OTLP protocol {protocol!r}; use one of {', '.join(PROTOCOLS)}")
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+        OTLPSpanExporter as HttpExporter,
+    )
+
+    if endpoint is not None and urlparse(endpoint).path in ("", "/"):
+        endpoint = endpoint.rstrip("/") + "/v1/traces"
+    return HttpExporter(endpoint=endpoint, headers=headers or None, timeout=timeout_s)
+
+
+def send(spans: Sequence[ReadableSpan], protocol: str | None = None, endpoint: str | None = None,
+         headers: dict[str, str] | None = None) -> None:
+    exporter = exporter_for(protocol, endpoint, headers)
+    quiet = logging.getLogger("opentelemetry.exporter")
+    level, quiet.level = quiet.level, logging.CRITICAL  # retries are the exporter's business; the outcome is ours
+    try:
+        result = exporter.export(list(spans))
+    finally:
+        quiet.setLevel(level)
+        exporter.shutdown()
+    if result is not SpanExportResult.SUCCESS:
+        where = endpoint or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "the default OTLP endpoint"
+        raise ExportError(f"could not deliver {len(spans)} blame spans to {where}; the results stay in the store "
+                          "(send them later with `otel-replay export --job J --to otlp`)")
