@@ -53,6 +53,8 @@ def test_the_planted_culprit_is_found_with_an_interval_covering_its_effect(plant
     culprit = result.culprit
     assert culprit["index"] == TOPOLOGIES[name].culprit, [(s["index"], s["verdict"], s["estimate"]) for s in result.steps]
     assert culprit["ci_low"] <= TRUE_EFFECT[name] <= culprit["ci_high"]
+    tokens = Store(root).sql("select sum(tokens) t from rollouts where job_id = ? and role = 'boundary'", [result.job_id])
+    assert tokens.column("t")[0].as_py() > 0  # the built-in policy reports the simulated model's usage
     verdicts = {s["index"]: s["verdict"] for s in result.steps}
     assert all(v == "locked-in" for i, v in verdicts.items() if i > culprit["index"] and v != "no policy")
     assert all(v == "not scored" for i, v in verdicts.items() if i < culprit["index"] and i in (0, 2, 4) and name != "or")

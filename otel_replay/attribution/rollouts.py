@@ -127,7 +127,7 @@ class RolloutRunner:
             "role": spec.role, "rollout": spec.rollout, "seed": seed, "score": score, "failed": failed,
             "unreplayable": run.unreplayable is not None,
             "reason": str(run.unreplayable) if run.unreplayable else None,
-            "policy_calls": run.policy_calls, "diverged_at": run.diverged_at,
+            "policy_calls": run.policy_calls, "tokens": run.tokens, "diverged_at": run.diverged_at,
             "duration_ms": (time.perf_counter() - started) * 1000, "final_output": run.final_output[:2000],
             "digest": run.digest, "detail": json.dumps({"step_output": culprit_output}) if culprit_output else None,
         }

@@ -278,6 +278,16 @@ def _prepared(trajectory: Trajectory) -> _Prepared:
     return prepared
 
 
+_current = threading.local()
+
+
+def report_tokens(count: int) -> None:
+    """Called by a policy to add the tokens its model call used to the running rollout's total."""
+    replayer = getattr(_current, "replayer", None)
+    if replayer is not None and count:
+        replayer.tokens = (replayer.tokens or 0) + int(count)
+
+
 class Replayer:
     """One rollout. Use `replay()`; this class holds the rollout's state."""
 
@@ -387,6 +397,8 @@ class Replayer:
     # -- the walk ---------------------------------------------------------------------------------
     def run(self) -> ReplayRun:
         unreplayable = None
+        self.tokens: int | None = None
+        _current.replayer = self
         try:
             for step in self.traj.steps:
                 if self.ended:
@@ -401,8 +413,10 @@ class Replayer:
                 self._continue_loop()
         except _Stop as stop:
             unreplayable = stop.why
+        finally:
+            _current.replayer = None
         return ReplayRun(self.traj.trace_id, self.plan_key, self.seed, tuple(self.outcomes), self._final_output(),
-                         self.policy_calls, self.diverged_at, unreplayable, self.truncated)
+                         self.policy_calls, self.diverged_at, unreplayable, self.truncated, self.tokens)
 
     def _final_output(self) -> str:
         for outcome in reversed(self.outcomes):

@@ -54,6 +54,7 @@ class ReplayRun:
     diverged_at: int | None
     unreplayable: Unreplayable | None = None
     truncated: bool = False  # stopped at max_steps while the agent still called tools
+    tokens: int | None = None  # what policies reported with `report_tokens` (None: none did)
 
     @property
     def ok(self) -> bool:

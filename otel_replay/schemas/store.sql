@@ -109,6 +109,7 @@ CREATE TABLE rollout_rows (
     unreplayable      BOOLEAN NOT NULL,
     reason            VARCHAR,
     policy_calls      BIGINT NOT NULL,
+    tokens            BIGINT,            -- tokens the policies reported (NULL: none reported)
     diverged_at       BIGINT,
     duration_ms       DOUBLE NOT NULL,
     final_output      VARCHAR,

@@ -8,7 +8,7 @@ from typing import Any
 
 from otel_replay.normalize.messages import canonical_tool_definitions
 from otel_replay.replay.builtin.wire import anthropic_tools, from_anthropic_content, to_anthropic
-from otel_replay.replay.engine import LLMInputs
+from otel_replay.replay.engine import LLMInputs, report_tokens
 from otel_replay.trajectory import Step
 
 
@@ -37,6 +37,9 @@ def anthropic_policy(base_url: str | None = None, api_key: str | None = None, mo
         if temperature is not None or inputs.params.get("temperature") is not None:
             request["temperature"] = temperature if temperature is not None else inputs.params["temperature"]
         reply = state["client"].messages.create(**request)
+        usage = getattr(reply, "usage", None)
+        if usage is not None:
+            report_tokens((getattr(usage, "input_tokens", 0) or 0) + (getattr(usage, "output_tokens", 0) or 0))
         return from_anthropic_content([block.model_dump() for block in reply.content])
 
     return chat

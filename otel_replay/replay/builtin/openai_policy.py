@@ -8,7 +8,7 @@ from typing import Any
 
 from otel_replay.normalize.messages import canonical_tool_definitions
 from otel_replay.replay.builtin.wire import from_openai_choice, openai_tools, to_openai
-from otel_replay.replay.engine import LLMInputs
+from otel_replay.replay.engine import LLMInputs, report_tokens
 from otel_replay.trajectory import Step
 
 SAMPLING = ("temperature", "top_p", "max_tokens", "frequency_penalty", "presence_penalty", "stop")
@@ -40,6 +40,9 @@ def openai_policy(base_url: str | None = None, api_key: str | None = None, model
         if tool_defs:
             request["tools"] = openai_tools(tool_defs)
         reply = state["client"].chat.completions.create(**request)
+        usage = getattr(reply, "usage", None)
+        if usage is not None:
+            report_tokens(getattr(usage, "total_tokens", 0) or 0)
         return from_openai_choice(reply.choices[0].message.model_dump(exclude_none=True))
 
     return chat
