@@ -110,12 +110,13 @@ def write_outputs(store: Store, reports: list[dict[str, Any]], json_path: Path |
 @click.option("--otlp-endpoint", help="Default: $OTEL_EXPORTER_OTLP_ENDPOINT.")
 @click.option("--otlp-protocol", type=click.Choice(["grpc", "http/protobuf"]))
 @click.option("--otlp-header", "otlp_headers", multiple=True, metavar="K=V")
+@click.option("--service-name", default="otel-replay", show_default=True, help="service.name of the blame spans.")
 @click.pass_obj
 def attribute(store: Store, trace_ids: tuple[str, ...], where: str | None, resume: str | None, policies_spec: str | None,
               verifier: str | None, expect_contains: str | None, expect_regex: str | None,
               expect_json_schema: Path | None, json_path: Path | None, html_path: Path | None, export_to: str | None,
               otlp_endpoint: str | None, otlp_protocol: str | None, otlp_headers: tuple[str, ...],
-              **options: Any) -> None:
+              service_name: str, **options: Any) -> None:
     """Find the step that made a run fail: counterfactual rollouts, intervals, a repair.
 
     Example: otel-replay attribute --trace-id 4bf92f --policies myproj.policies --verifier myproj:ok --repair
@@ -142,7 +143,7 @@ def attribute(store: Store, trace_ids: tuple[str, ...], where: str | None, resum
         from otel_replay.export.job import export_reports
 
         count = export_reports(store, reports, export_to, protocol=otlp_protocol, endpoint=otlp_endpoint,
-                               headers=parse_headers(otlp_headers))
+                               headers=parse_headers(otlp_headers), service_name=service_name)
         click.echo(f"exported {count} blame spans into the original trace(s)")
 
 
