@@ -41,9 +41,10 @@ _NOTHING = object()
 _EMPTY_HASH = outputs_hash([])
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class LLMInputs:
-    """What an llm policy gets besides the recorded step: the live request."""
+    """What an llm policy gets besides the recorded step: the live request (read it; a rollout
+    builds a fresh one per call, so changing it changes nothing)."""
 
     messages: list[Message]
     system: list[dict[str, Any]] = field(default_factory=list)
@@ -83,7 +84,7 @@ def _recorded_arguments(step: Step) -> Any:
     return calls[0].get("arguments") if calls else None
 
 
-def llm_output(value: Any, where: str) -> tuple[Message, ...]:
+def llm_output(value: Any, where: str, index: int | None = None) -> tuple[Message, ...]:
     """An llm policy's (or do()'s) value as canonical output messages."""
     if isinstance(value, str):
         return ({"role": "assistant", "parts": [{"type": "text", "content": value}]},)
@@ -95,6 +96,7 @@ def llm_output(value: Any, where: str) -> tuple[Message, ...]:
                 break
         else:
             return tuple(canonical_messages(value))  # memoized: a policy's repeated answers cost a lookup
+    where = where if index is None else f"{where} {index}"
     raise TypeError(f"{where} returned {type(value).__name__}; expected output messages "
                     "(a list of {{role, parts}}), one message, or a string")
 
@@ -436,7 +438,7 @@ class Replayer:
             key = self.prep.request_keys[step.index] if as_recorded else _key_of(step, live)
             held = self.cassette.get((step.kind, step.name, key))
         if intervention.action in (Action.DO, Action.OBSERVE):
-            outputs, source = llm_output(intervention.value, f"do() for step {step.index}"), "forced"
+            outputs, source = llm_output(intervention.value, "do() for step", step.index), "forced"
         elif intervention.action is Action.REMOVE:
             outputs, source = (), "removed"
         elif held:
@@ -465,7 +467,7 @@ class Replayer:
         self.policy_calls += 1
         try:
             value = _run_policy(fn, step, inputs, self._rng(position))
-            return llm_output(value, f"the llm policy for step {step.index}")
+            return llm_output(value, "the llm policy for step", step.index)
         except _Stop:
             raise
         except Exception as exc:  # noqa: BLE001 - a policy failure marks the rollout, it does not crash it
