@@ -199,7 +199,7 @@ def test_cli_bad_input(planted, args, message):
 
 def test_demo_runs_offline_end_to_end(tmp_path):
     out = CliRunner().invoke(cli, ["--store", str(tmp_path / "store"), "demo", "--html", str(tmp_path / "demo.html"),
-                                   "--rollouts", "12"])
+                                   "--rollouts", "30"])
     assert out.exit_code == 0, out.output
     assert "★ decisive" in out.output and "FIX   Replace step 0's output" in out.output
     assert (tmp_path / "demo.html").read_text().count("decisive") >= 1

@@ -25,7 +25,7 @@ from tests.helpers import REPO
 @pytest.fixture(scope="module")
 def attributed(tmp_path_factory):
     store = tmp_path_factory.mktemp("export")
-    out = CliRunner().invoke(cli, ["--store", str(store), "demo", "--rollouts", "10", "--html", str(store / "r.html")])
+    out = CliRunner().invoke(cli, ["--store", str(store), "demo", "--rollouts", "30", "--html", str(store / "r.html")])
     assert out.exit_code == 0, out.output
     job_id = out.output.split(" job ")[-1].split()[0]
     (report,) = stored_reports(Store(store), job_id)
