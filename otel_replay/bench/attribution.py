@@ -54,6 +54,7 @@ from otel_replay.attribution import stats as stats_module
 from otel_replay.normalize.records import SpanRecord
 from otel_replay.replay.policies import Registry
 from otel_replay.store.ingest import ingest
+from otel_replay.testing.traces import TraceBuilder
 from otel_replay.trajectory import Store
 
 ANCHOR_MODULE = "agent_replay"
@@ -157,16 +158,7 @@ class Counter:
 # -- otel-replay: the agent as a stored trace, and instant policies ---------------------------------
 def agent_spans(agent: PlantedAgent, trace: int = 1) -> list[SpanRecord]:
     """The recorded run as GenAI spans (invoke_agent root; chat and execute_tool children)."""
-    tid, root = f"{trace:032x}", f"{trace:08x}00000000"
-    spans = [SpanRecord(tid, root, None, "invoke_agent planted", start_ns=T0, end_ns=T0 + 10**9,
-                        attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "planted"})]
-
-    def add(name: str, attrs: dict[str, Any]) -> None:
-        n = len(spans)
-        start = T0 + n * 1_000_000
-        spans.append(SpanRecord(tid, f"{trace:08x}{n:08x}", root, name, start_ns=start, end_ns=start + 900_000,
-                                attributes=attrs))
-
+    trace_spans = TraceBuilder(trace, agent="planted")
     history: list[dict[str, Any]] = [SYSTEM, USER]
     results: list[dict[str, Any]] = []
     for turn in range(len(agent.per_turn) + 1):
@@ -174,20 +166,15 @@ def agent_spans(agent: PlantedAgent, trace: int = 1) -> list[SpanRecord]:
             out = agent.decision(turn, agent.recorded_choice(turn))
         else:
             out = {"role": "assistant", "parts": [{"type": "text", "content": agent.answer(results)}]}
-        add("chat m", {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
-                       "gen_ai.input.messages": json.dumps(history), "gen_ai.output.messages": json.dumps([out])})
+        trace_spans.chat(history, out)
         history = history + [out]
         for part in out["parts"]:
-            if part["type"] != "tool_call":
-                continue
-            result = work_result(part["arguments"])
-            results.append(json.loads(result))
-            add("execute_tool work", {
-                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "work",
-                "gen_ai.tool.call.id": part["id"], "gen_ai.tool.call.arguments": json.dumps(part["arguments"]),
-                "gen_ai.tool.call.result": result})
-            history = history + [tool_message(part["id"], result)]
-    return spans
+            if part["type"] == "tool_call":
+                result = work_result(part["arguments"])
+                results.append(json.loads(result))
+                trace_spans.tool("work", part["id"], part["arguments"], result)
+                history = history + [tool_message(part["id"], result)]
+    return trace_spans.spans
 
 
 def store_agent(root: Path, agent: PlantedAgent) -> str:

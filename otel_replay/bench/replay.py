@@ -42,6 +42,7 @@ from otel_replay.normalize.records import SpanRecord
 from otel_replay.replay import ReplayPlan, replay
 from otel_replay.replay.policies import Registry
 from otel_replay.store.ingest import ingest
+from otel_replay.testing.traces import TraceBuilder
 from otel_replay.trajectory import Store, Trajectory
 
 ANCHOR_MODULE = "agent_replay"
@@ -125,32 +126,18 @@ def tool_message(call_id: str, response: str) -> dict[str, Any]:
 # -- otel-replay: the agent as a stored trace -------------------------------------------------------
 def agent_spans(agent: Agent, trace: int = 1) -> list[SpanRecord]:
     """The recorded run of `agent` as GenAI spans (invoke_agent root, chat and execute_tool children)."""
-    tid, root = f"{trace:032x}", f"{trace:08x}00000000"
-    spans = [SpanRecord(tid, root, None, "invoke_agent support", start_ns=T0, end_ns=T0 + 10**9,
-                        attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "support"})]
-
-    def add(name: str, attrs: dict[str, Any]) -> None:
-        n = len(spans)
-        start = T0 + n * 1_000_000
-        spans.append(SpanRecord(tid, f"{trace:08x}{n:08x}", root, name, start_ns=start, end_ns=start + 900_000,
-                                attributes=attrs))
-
+    trace_spans = TraceBuilder(trace, agent="support")
     history = [SYSTEM, USER]
     for turn in range(len(agent.turns) + 1):
         out = agent.reply(turn)
-        add("chat m", {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
-                       "gen_ai.input.messages": json.dumps(history), "gen_ai.output.messages": json.dumps([out])})
+        trace_spans.chat(history, out)
         history = history + [out]
         for part in out["parts"]:
-            if part["type"] != "tool_call":
-                continue
-            result = recorded_result(part)
-            add(f"execute_tool {part['name']}", {
-                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": part["name"],
-                "gen_ai.tool.call.id": part["id"], "gen_ai.tool.call.arguments": json.dumps(part["arguments"]),
-                "gen_ai.tool.call.result": result})
-            history = history + [tool_message(part["id"], result)]
-    return spans
+            if part["type"] == "tool_call":
+                result = recorded_result(part)
+                trace_spans.tool(part["name"], part["id"], part["arguments"], result)
+                history = history + [tool_message(part["id"], result)]
+    return trace_spans.spans
 
 
 def build_trajectory(agent: Agent) -> Trajectory:
