@@ -25,14 +25,14 @@ from otel_replay.testing.planted import (
 )
 
 # the true effect of the culprit's recorded decision, by construction (P_BAD = 0.1)
-# or: held, the run fails; re-decided (turns 1 and 3), it fails unless both come out good: 1 - 0.81
-TRUE_EFFECT = {"single-late": 0.9, "butterfly": 0.9, "and": 0.9, "or": 0.81, "echo": 0.9, "non-resamplable": 0.9}
+TRUE_EFFECT = {name: t.effect for name, t in TOPOLOGIES.items()}
+QUICK = ("single-late", "butterfly", "and", "or", "echo", "non-resamplable", "corrupted-tool-output")
 
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
     root = tmp_path_factory.mktemp("planted")
-    return root, {name: record_planted(root, topology) for name, topology in TOPOLOGIES.items()}
+    return root, {name: record_planted(root, TOPOLOGIES[name]) for name in (*QUICK, "control")}
 
 
 def attribute(root, topology_name, trace_id, **params):
@@ -45,7 +45,7 @@ def attribute(root, topology_name, trace_id, **params):
     return result, job
 
 
-@pytest.mark.parametrize("name", [n for n in TOPOLOGIES if n != "control"])
+@pytest.mark.parametrize("name", QUICK)
 def test_the_planted_culprit_is_found_with_an_interval_covering_its_effect(planted, name):
     root, traces = planted
     result, _ = attribute(root, name, traces[name])
@@ -57,7 +57,8 @@ def test_the_planted_culprit_is_found_with_an_interval_covering_its_effect(plant
     assert tokens.column("t")[0].as_py() > 0  # the built-in policy reports the simulated model's usage
     verdicts = {s["index"]: s["verdict"] for s in result.steps}
     assert all(v == "locked-in" for i, v in verdicts.items() if i > culprit["index"] and v != "no policy")
-    assert all(v == "not scored" for i, v in verdicts.items() if i < culprit["index"] and i in (0, 2, 4) and name != "or")
+    assert all(v == "not scored" for i, v in verdicts.items() if i < culprit["index"] and i in (0, 2, 4)
+               and name not in ("or", "corrupted-tool-output"))
     if name == "non-resamplable":
         assert verdicts[5] == "no policy"  # the audit tool has no policy: never scored zero
 

@@ -19,6 +19,8 @@ BENCHMARKS = {
                  "OTLP/HTTP receiver throughput from one client, against a server that discards the body."),
     "replay": ("replay", "run_replay_bench", "format_replay_table",
                "Replay engine cost per step with instant policies, beside agent_replay."),
+    "accuracy": ("accuracy", "run_accuracy_bench", "format_accuracy_table",
+                 "Top-1 culprit accuracy across planted fault topologies, beside simple baselines."),
     "attribution": ("attribution", "run_attribution_bench", "format_attribution_table",
                     "Policy calls and time to a correct verdict beside agent_replay; statistics share; concurrency."),
 }

@@ -31,25 +31,38 @@ class Topology:
     echo: dict[int, int] = field(default_factory=dict)  # turn -> the earlier turn whose choice it repeats
     tools: dict[int, str] = field(default_factory=dict)  # turn -> tool name (default "work")
     chance: bool = False  # the verifier fails at random (no step is to blame)
+    corrupt: frozenset[int] = frozenset()  # turns whose tool reports "bad" whatever it was asked (when recorded)
+    turns: int = TURNS
+    effect: float | None = None  # the culprit's true contrastive effect, by construction
 
 
-TOPOLOGIES = {
-    "single-late": Topology("single-late", {3: "bad"}, lambda c: c[3] == "bad", culprit=6),
-    "butterfly": Topology("butterfly", {0: "bad", 3: "bad"}, lambda c: c[3] == "bad", culprit=6),
-    "and": Topology("and", {1: "bad", 3: "bad"}, lambda c: c[1] == "bad" and c[3] == "bad", culprit=6),
-    "or": Topology("or", {1: "bad", 3: "bad"}, lambda c: c[1] == "bad" or c[3] == "bad", culprit=2),
-    "echo": Topology("echo", {1: "bad"}, lambda c: c[3] == "bad", culprit=2, echo={3: 1}),
-    "non-resamplable": Topology("non-resamplable", {3: "bad"}, lambda c: c[3] == "bad", culprit=6,
-                                tools={2: "audit"}),
-    "control": Topology("control", {}, lambda c: False, culprit=None, chance=True),
-}
+def _bad(turn: int) -> Callable[[list[str]], bool]:
+    return lambda choices: choices[turn] == "bad"
+
+
+# effect = P(fail | culprit held) - P(fail | culprit and later steps re-decided), with P_BAD = 0.1
+TOPOLOGIES = {t.name: t for t in (
+    Topology("single-late", {3: "bad"}, _bad(3), culprit=6, effect=0.9),
+    Topology("corrupted-tool-output", {}, _bad(2), culprit=5, corrupt=frozenset({2}), effect=0.9),
+    Topology("misleading-retrieval", {}, _bad(1), culprit=3, corrupt=frozenset({1}), tools={1: "search"}, effect=0.9),
+    Topology("poisoned-tool-argument", {1: "bad"}, _bad(1), culprit=2, effect=0.9),
+    Topology("wrong-instruction-step-0", {0: "bad"}, _bad(0), culprit=0, effect=0.9),
+    Topology("dropped-message", {2: "bad"}, _bad(2), culprit=4, effect=0.9),
+    Topology("butterfly", {0: "bad", 3: "bad"}, _bad(3), culprit=6, effect=0.9),
+    Topology("and", {1: "bad", 3: "bad"}, lambda c: c[1] == "bad" and c[3] == "bad", culprit=6, effect=0.9),
+    Topology("or", {1: "bad", 3: "bad"}, lambda c: c[1] == "bad" or c[3] == "bad", culprit=2, effect=0.81),
+    Topology("echo", {1: "bad"}, _bad(3), culprit=2, echo={3: 1}, effect=0.9),
+    Topology("non-resamplable", {3: "bad"}, _bad(3), culprit=6, tools={2: "audit"}, effect=0.9),
+    Topology("long-loop", {13: "bad"}, _bad(13), culprit=26, turns=15, effect=0.9),
+    Topology("control", {}, lambda c: False, culprit=None, chance=True),
+)}
 
 
 def pipeline_script(topology: Topology, recording: bool) -> Callable[[ChatRequest, random.Random], Reply]:
     def script(request: ChatRequest, rng: random.Random) -> Reply:
         results = [json.loads(content) for _, content in request.tool_results()]
         turn = len(results)
-        if turn < TURNS:
+        if turn < topology.turns:
             if turn in topology.echo:
                 choice = results[topology.echo[turn]]["choice"]
             elif recording:
@@ -65,7 +78,14 @@ def work(turn: int, choice: str) -> str:
     return json.dumps({"turn": turn, "choice": choice})
 
 
-TOOL_FUNCTIONS = {"work": work, "audit": work}
+TOOL_FUNCTIONS = {"work": work, "audit": work, "search": work}
+
+
+def recorded_tools(topology: Topology) -> dict[str, Callable[..., str]]:
+    """The tools as they behaved in the recorded run (corrupting the planted turns)."""
+    def corrupting(turn: int, choice: str) -> str:
+        return work(turn, "bad" if turn in topology.corrupt else choice)
+    return {name: corrupting for name in TOOL_FUNCTIONS}
 TOOLS = [{"type": "function", "function": {"name": name, "description": "Carry out one step.",
                                            "parameters": {"type": "object", "properties": {
                                                "turn": {"type": "integer"}, "choice": {"type": "string"}}}}}
@@ -87,7 +107,8 @@ def record_planted(store: Any, topology: Topology, model_seed: int = 0) -> str:
     model = SimulatedModel(pipeline_script(topology, recording=True), model_seed)
     with recording(store, f"planted-{topology.name}", model) as (client, tracer):
         messages = [{"role": "user", "content": f"Run the {topology.name} task."}]
-        _, trace_id = run_tool_loop(client, tracer, topology.name, messages, TOOLS, TOOL_FUNCTIONS, TURNS + 1)
+        _, trace_id = run_tool_loop(client, tracer, topology.name, messages, TOOLS, recorded_tools(topology),
+                                    topology.turns + 1)
     return trace_id
 
 
@@ -98,7 +119,14 @@ def planted_registry(topology: Topology, base_url: str, registry: Any = None) ->
 
     registry = registry if registry is not None else Registry()
     registry.register("llm", None, openai_policy(base_url=base_url, api_key="sim", tools=TOOLS))
-    registry.register("tool", "work", lambda arguments, rng: work(**arguments))
+
+    def tool(arguments: dict[str, Any], rng: random.Random) -> str:
+        turn, choice = arguments["turn"], arguments["choice"]
+        flaky = turn in topology.corrupt and rng.random() < P_BAD  # a re-run tool corrupts now and then
+        return work(turn, "bad" if flaky else choice)
+
+    for name in ("work", "search"):
+        registry.register("tool", name, tool)
     return registry
 
 
