@@ -35,6 +35,7 @@ from otel_replay.trajectory import Store
 SUBSETS = ("Hand-Crafted", "Algorithm-Generated")
 SHORT = {"Hand-Crafted": "HC", "Algorithm-Generated": "AG"}
 QUICK_LOGS = 10  # the first N logs of each subset (by file number) with --quick
+W = 10  # table column width
 SEEDS = 100  # random baseline: mean over seeds 0..SEEDS-1
 DECORATION = re.compile(r" \((?:thought|termination condition|-> [^)]*)\)$")
 OBSERVERS = {"computerterminal", "human"}  # names compared with case and non-letters removed
@@ -105,14 +106,19 @@ def import_logs(root: Path, dataset: Path, quick: bool) -> list[Log]:
         logs += batch.logs
     ingest(root, spans, logs, source="import:whowhen", skip_existing=True)
     store = Store(root)
+    by_trace: dict[str, list[tuple[str, bool]]] = {}
+    for step in store.sql("select trace_id, step_index, kind, agent_name, tool_name from steps "
+                          "where step_index is not null order by trace_id, step_index").to_pylist():
+        author = (step["tool_name"] if step["kind"] == "tool" else step["agent_name"]) or ""
+        observer = re.sub(r"[^a-z]", "", author.lower()) in OBSERVERS
+        steps = by_trace.setdefault(step["trace_id"], [])
+        if step["step_index"] != len(steps):
+            raise ValueError(f"trace {step['trace_id']}: step {step['step_index']} after {len(steps)} steps")
+        steps.append((author, step["kind"] == "llm" and not observer))
     out = []
     for row in store.sql("select trace_id, attributes from spans where parent_span_id is null").to_pylist():
         attrs = orjson.loads(row["attributes"])
-        steps = []
-        for step in sorted(store.trajectory(row["trace_id"]).steps, key=lambda s: s.index or 0):
-            author = (step.tool_name if step.kind == "tool" else step.agent) or ""
-            observer = re.sub(r"[^a-z]", "", author.lower()) in OBSERVERS
-            steps.append((author, step.kind == "llm" and not observer))
+        steps = by_trace.get(row["trace_id"], [])
         out.append(Log(attrs["whowhen.subset"], int(attrs["whowhen.file"]), row["trace_id"],
                        attrs["whowhen.mistake_agent"], attrs["whowhen.mistake_step"],
                        attrs.get("whowhen.ground_truth", ""), tuple(steps)))
@@ -212,11 +218,11 @@ def format_whowhen_table(result: dict[str, Any]) -> str:
     counts = ", ".join(f"{SHORT[s]} = {s} ({result['logs'][s]} logs)" for s in SUBSETS)
     lines = [f"Who&When failure attribution, frozen-log baselines (no model){' [quick]' if result['quick'] else ''}",
              counts, "",
-             " " * width + "| " + "exact match (ours)".ljust(8 * 4) + "| upstream substring rule (evaluate.py)",
-             "method".ljust(width) + "| " + "".join(c.ljust(8) for c in cols) + "| " + "".join(c.ljust(8) for c in cols)]
+             " " * width + "| " + "exact match (ours)".ljust(W * 4) + "| upstream substring rule (evaluate.py)",
+             "method".ljust(width) + "| " + "".join(c.ljust(W) for c in cols) + "| " + "".join(c.ljust(W) for c in cols)]
     lines.append("-" * len(lines[-1]))
     for name, by_subset in result["methods"].items():
-        cells = [[f"{100 * by_subset[s][rule][lvl]:.1f}".ljust(8) for s in SUBSETS for lvl in ("agent", "step")]
+        cells = [[f"{100 * by_subset[s][rule][lvl]:.1f}".ljust(W) for s in SUBSETS for lvl in ("agent", "step")]
                  for rule in ("exact", "upstream")]
         lines.append(name.ljust(width) + "| " + "".join(cells[0]) + "| " + "".join(cells[1]))
     lines += ["", "Accuracy in % of logs; a log has one labelled (agent, step).",
@@ -230,4 +236,4 @@ def format_whowhen_table(result: dict[str, Any]) -> str:
         lines.append("interventional attribution (exact match): " + ", ".join(
             f"{SHORT[s]} agent {100 * inter[s]['agent']:.1f} step {100 * inter[s]['step']:.1f}" for s in SUBSETS)
             + f"; {len(inter['errors'])} traces failed")
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
