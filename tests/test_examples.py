@@ -37,7 +37,7 @@ def test_service_batch_names_the_lookup_decision_as_the_systematic_culprit(tmp_p
     assert 1 <= failed <= 6, out  # the model's own typos: a few of 20, never all
     assert f"the predicate selects the {failed} traces the verifier fails" in out
     table = out[out.index("culprits by step name"):]
-    rows = re.findall(r"│\s*([\w ]+?)\s*│\s*(llm|tool)\s*│\s*(\d+)\s*│\s*(\d+)\s*│", table)
+    rows = re.findall(r"│\s*([\w .:/-]+?)\s*│\s*(llm|tool)\s*│\s*(\d+)\s*│\s*(\d+)\s*│", table)
     assert rows, table
     name, kind, traces, culprit_in = rows[0]  # ordered by culprit_in: the systematic weak step first
     assert (name, kind, int(traces), int(culprit_in)) == ("chat sim-gpt", "llm", failed, failed), table

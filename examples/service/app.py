@@ -29,7 +29,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from otel_replay.store import default_root
 from otel_replay.testing.recording import enable_content_capture, run_tool_loop
 from otel_replay.testing.server import SimulatedModelServer
-from otel_replay.testing.support_agent import SYSTEM, TOOLS, TOOL_FUNCTIONS, support_model
+from otel_replay.testing.support_agent import SYSTEM, TOOL_FUNCTIONS, TOOLS, support_model
 
 SERVICE = "support-service"
 MAX_BODY = 64 * 1024

@@ -21,6 +21,8 @@ BENCHMARKS = {
                "Replay engine cost per step with instant policies, beside agent_replay."),
     "accuracy": ("accuracy", "run_accuracy_bench", "format_accuracy_table",
                  "Top-1 culprit accuracy across planted fault topologies, beside simple baselines."),
+    "whowhen": ("whowhen", "run_whowhen_bench", "format_whowhen_table",
+                "Who&When: frozen-log baselines per subset, exact match (and the upstream substring rule)."),
     "attribution": ("attribution", "run_attribution_bench", "format_attribution_table",
                     "Policy calls and time to a correct verdict beside agent_replay; statistics share; concurrency."),
 }

@@ -18,7 +18,7 @@ import xxhash
 
 from otel_replay.normalize.records import SpanRecord
 
-OBSERVERS = {"computer_terminal": "computer_terminal", "human": "human"}
+OBSERVERS = {"computer_terminal": "computer_terminal", "computerterminal": "computer_terminal", "human": "human"}
 BASE_NS = 1_704_067_200_000_000_000  # 2024-01-01: the logs carry no times; steps are 1 ms apart
 LABELS = ("mistake_agent", "mistake_step", "mistake_reason", "question", "ground_truth", "question_ID", "level")
 
