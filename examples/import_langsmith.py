@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import dataclasses
 import json
 import operator
 import random
@@ -39,9 +38,7 @@ from otel_replay import Store
 from otel_replay.attribution import Job, JobParams
 from otel_replay.normalize.sources.files import read
 from otel_replay.replay.policies import Registry
-from otel_replay.replay.run import message_hash
 from otel_replay.store.ingest import ingest
-from otel_replay.trajectory import Trajectory
 
 FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "langsmith" / "trace_wrong_answer.runs.json"
 SLIP_RATE = 0.1  # how often the stand-in model misplaces the decimal point in its final answer
@@ -150,30 +147,6 @@ def registry() -> Registry:
     return policies
 
 
-# -- a workaround -------------------------------------------------------------------------------
-class ToolErrorsStore(Store):
-    """A Store whose trajectories give an errored tool step the result the model actually saw.
-
-    LangSmith stores no `outputs` for an errored run (here the first calculator call); the error
-    text reached the model only as the ToolMessage in the next llm step's inputs. Replay then
-    holds that tool step with an empty result, which no longer matches the next step's recorded
-    inputs, so even the factual replay re-runs the model. Until the importer (or the replay
-    cassette) takes an errored tool's result from its consumer, fill it in from there.
-    """
-
-    def trajectory(self, trace_id: str) -> Trajectory:
-        trajectory = super().trajectory(trace_id)
-        seen = {part.get("id"): message for step in trajectory.steps if step.kind == "llm"
-                for message in step.inputs if message.get("role") == "tool" for part in message.get("parts", [])
-                if part.get("type") == "tool_call_response"}
-        steps = tuple(
-            dataclasses.replace(step, outputs=(seen[step.tool_call_id],),
-                                output_hashes=(message_hash(seen[step.tool_call_id]),))
-            if step.kind == "tool" and not step.outputs and step.tool_call_id in seen else step
-            for step in trajectory.steps)
-        return dataclasses.replace(trajectory, steps=steps)
-
-
 # -- the run ------------------------------------------------------------------------------------
 def import_runs(store: Path, runs: Path) -> str:
     """Import a LangSmith runs export into `store`; returns the OTel trace id of its trace."""
@@ -199,7 +172,7 @@ def main() -> None:
                  f"../shared/fixtures beside the repository (or pass --runs FILE)")
     store_dir: Path = args.store or Path(tempfile.mkdtemp(prefix="otel-replay-langsmith-"))
     trace_id = import_runs(store_dir, args.runs)
-    store = ToolErrorsStore(store_dir)
+    store = Store(store_dir)
     trajectory = store.trajectory(trace_id)
     print(f"trace {trace_id}: {len(trajectory.steps)} steps; final answer: {trajectory.final_output}")
 

@@ -339,3 +339,27 @@ def test_a_new_tool_call_id_alone_does_not_unhold_later_steps(loop):
     assert [o.source for o in run.steps] == ["policy", "recording", "recording"]
     assert run.steps[1].outputs[0]["parts"][0]["id"] == "other-id"  # the tool answers the live call
     assert run.final_output == "It is sunny."
+
+
+def test_a_tool_call_that_failed_in_the_recording_is_held_as_failed(tmp_path):
+    """An errored tool step stored no result (LangSmith, Langfuse): holding it changes nothing downstream."""
+    tid = f"{5:032x}"
+    root = f"{5:08x}00000000"
+    recorded_error = result("c1", "Error: ValueError('bad input')")
+    spans = [SpanRecord(tid, root, None, "invoke_agent a", start_ns=T0, end_ns=T0 + 10**9,
+                        attributes={"gen_ai.operation.name": "invoke_agent"}),
+             SpanRecord(tid, f"{5:08x}00000001", root, "chat m", start_ns=T0 + 1000, end_ns=T0 + 2000, attributes={
+                 "gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps([USER]),
+                 "gen_ai.output.messages": json.dumps([ASK])}),
+             SpanRecord(tid, f"{5:08x}00000002", root, "execute_tool weather", start_ns=T0 + 3000, end_ns=T0 + 4000,
+                        status_code="error", attributes={
+                 "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "weather", "gen_ai.tool.call.id": "c1",
+                 "gen_ai.tool.call.arguments": json.dumps({"city": "Paris"}), "error.type": "ValueError"}),
+             SpanRecord(tid, f"{5:08x}00000003", root, "chat m", start_ns=T0 + 5000, end_ns=T0 + 6000, attributes={
+                 "gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps([USER, ASK, recorded_error]),
+                 "gen_ai.output.messages": json.dumps([text("Sorry, the weather service failed.")])})]
+    ingest(tmp_path, spans, source="test")
+    traj = Store(tmp_path).trajectory(tid)
+    run = replay(traj, ReplayPlan.factual(), policies=Registry())
+    assert [o.source for o in run.steps] == ["recording"] * 3 and run.policy_calls == 0 and run.ok
+    assert run.final_output == "Sorry, the weather service failed."

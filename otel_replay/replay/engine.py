@@ -557,6 +557,11 @@ class Replayer:
             self._drop_tool_output(step)
             self._record(step, "removed", inputs, (), True)
             return
+        elif held and held[0] is None:  # the recorded call produced no result (it failed): so does this one
+            self._record(step, "recording", inputs, (), bool(step.outputs))
+            if step.outputs:
+                self._drop_tool_output(step)
+            return
         elif held:
             result, source = held[0], "recording"
         elif step.observation_only:
