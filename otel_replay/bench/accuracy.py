@@ -56,7 +56,9 @@ def _case(root: Path, topology: Topology, seed: int, rollouts: int, max_magnitud
         wall = time.perf_counter() - started
         magnitude = None
         if max_magnitude:
-            (full,) = Job(store, JobParams([trace_id], verifier, rollouts=rollouts, seed=job_seed, concurrency=8,
+            # a full profile, to pick the largest effect without the Point-of-Commitment rule (10 rollouts a plan:
+            # the baseline needs the ranking, not tight intervals)
+            (full,) = Job(store, JobParams([trace_id], verifier, rollouts=10, seed=job_seed, concurrency=8,
                                            full=True), registry).run()
             scored = [s for s in full.steps if s["estimate"] is not None]
             magnitude = max(scored, key=lambda s: s["estimate"])["index"] if scored else None
