@@ -40,22 +40,20 @@ def key_values(items: Any) -> dict[str, Any]:
     return {kv.key: any_value(kv.value) for kv in items}
 
 
-def parse_traces(data: bytes) -> ExportTraceServiceRequest:
-    request = ExportTraceServiceRequest()
+def _parse(request: Any, data: bytes, what: str) -> Any:
     try:
         request.ParseFromString(data)
     except (DecodeError, RecursionError) as exc:
-        raise OtlpDecodeError(f"not an OTLP protobuf trace request: {exc}") from None
+        raise OtlpDecodeError(f"not an OTLP protobuf {what} request: {exc}") from None
     return request
+
+
+def parse_traces(data: bytes) -> ExportTraceServiceRequest:
+    return _parse(ExportTraceServiceRequest(), data, "trace")
 
 
 def parse_logs(data: bytes) -> ExportLogsServiceRequest:
-    request = ExportLogsServiceRequest()
-    try:
-        request.ParseFromString(data)
-    except (DecodeError, RecursionError) as exc:
-        raise OtlpDecodeError(f"not an OTLP protobuf logs request: {exc}") from None
-    return request
+    return _parse(ExportLogsServiceRequest(), data, "logs")
 
 
 def spans_from_proto(request: ExportTraceServiceRequest) -> Iterator[SpanRecord]:
