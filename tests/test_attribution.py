@@ -218,3 +218,24 @@ def test_shapley_values_are_efficient_and_share_a_conjunction_between_its_causes
     assert all(abs(v["value"]) < 0.3 for i, v in values.items() if i not in (2, 6))
     stored = Store(root).sql("select count(*) n from results where job_id = ? and method = 'shapley'", [result.job_id])
     assert stored.column("n")[0].as_py() == 9
+
+
+@pytest.mark.parametrize("name", ("or", "single-late", "corrupted-tool-output"))
+def test_gallop_search_finds_the_same_culprit(planted, name):
+    root, traces = planted
+    result, _ = attribute(root, name, traces[name], search="gallop")
+    assert result.culprit is not None and result.culprit["index"] == TOPOLOGIES[name].culprit
+    assert result.culprit["ci_low"] <= TRUE_EFFECT[name] <= result.culprit["ci_high"]
+
+
+def test_gallop_search_clears_a_control_in_blocks_with_fewer_policy_calls(planted):
+    root, traces = planted
+    trace_id = traces["control"]
+    seed = next(s for s in range(200) if by_chance("OK", type("R", (), {"seed": rollout_seed(s, trace_id, "factual", 0)})()) == 0)
+    common = {"verifier": "otel_replay.testing.planted:by_chance", "seed": seed, "rollouts": 16}
+    scan, _ = attribute(root, "control", trace_id, **common)
+    gallop, _ = attribute(root, "control", trace_id, search="gallop", **common)
+    assert scan.culprit is None and gallop.culprit is None
+    # blocks of 1, 2, 4, 2 steps: boundaries 8, 6, 2, 0 instead of all nine
+    assert gallop.policy_calls < 0.6 * scan.policy_calls, (gallop.policy_calls, scan.policy_calls)
+    assert all(s["verdict"] in ("not scored", "no policy") for s in gallop.steps)

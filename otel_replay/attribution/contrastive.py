@@ -5,6 +5,13 @@ steps after the boundary are re-decided in both arms. With f(k) = P(fail | steps
 rest re-decided), effect_i = f(i + 1) - f(i), so neighbouring steps share rollouts. The culprit
 is the latest step whose interval excludes zero; the default search scans backwards from the
 last step and stops there (early steps are the expensive ones).
+
+The effects telescope: f(b + 1) - f(a) is the summed effect of steps a..b, so `search="gallop"`
+tests blocks of 1, 2, 4, ... steps backwards from the last one and bisects the first block whose
+interval excludes zero (its later half first). It needs far fewer of the expensive early
+boundaries when the culprit is early or absent, and assumes that effects inside a block do not
+cancel (a protective step right before a harmful one could hide it): steps cleared as part of a
+block are reported "not scored", and `search="scan"` tests every step on its own.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ class ScanOptions:
     batch: int = 10
     full: bool = False
     alpha: float = 0.05
+    search: str = "scan"  # scan: every step backwards; gallop: blocks, then bisection
 
 
 def boundary_plan(resamplable: list[int], k: int) -> ReplayPlan:
@@ -80,15 +88,17 @@ class ContrastiveScan:
 
     @staticmethod
     def _counts(rows: list[dict]) -> tuple[int, int]:
-        scored = [r for r in rows if not r["unreplayable"]]
+        scored = [r for r in rows if r["failed"] is not None]  # unreplayable and errored rollouts are not scored
         return sum(1 for r in scored if r["failed"]), len(scored)
 
-    def _estimate(self, i: int, adaptive: bool) -> StepEstimate:
+    def _estimate(self, i: int, adaptive: bool, upper: int | None = None) -> StepEstimate:
+        """The effect of step i, or of the block i..upper-1 when `upper` is given: f(upper) - f(i)."""
         o = self.options
         n = o.batch if adaptive else o.rollouts
         est = StepEstimate(i)
+        upper = i + 1 if upper is None else upper
         while True:
-            held, resampled = self._sample((i + 1, i), n)
+            held, resampled = self._sample((upper, i), n)
             (kh, nh), (kr, nr) = self._counts(held), self._counts(resampled)
             est.n_held, est.n_resampled = nh, nr
             if nh == 0 or nr == 0:
@@ -113,8 +123,13 @@ class ContrastiveScan:
         for index in estimates:
             if index not in self.resamplable:
                 estimates[index].verdict = "observation-only" if self.traj.step(index).observation_only else "no policy"
+        if self.options.search == "gallop" and not self.options.full:
+            return self._gallop(estimates)
+        return self._scan(estimates, self.resamplable)
+
+    def _scan(self, estimates: dict[int, StepEstimate], candidates: list[int]) -> list[StepEstimate]:
         culprit = None
-        for i in reversed(self.resamplable):
+        for i in reversed(candidates):
             if self.runner.budget.exhausted:
                 break
             est = self._estimate(i, self.options.adaptive)
@@ -137,6 +152,43 @@ class ContrastiveScan:
                 if i > culprit and est.verdict == "no effect":
                     est.verdict = "locked-in"
         return [estimates[i] for i in sorted(estimates)]
+
+    def _upper(self, position: int) -> int:
+        """The boundary just after the resamplable step at `position` (len(trajectory) after the last)."""
+        nxt = position + 1
+        return self.resamplable[nxt] if nxt < len(self.resamplable) else len(self.traj)
+
+    def _block(self, lo: int, hi: int) -> StepEstimate:
+        """The summed effect of the resamplable steps at positions lo..hi."""
+        return self._estimate(self.resamplable[lo], self.options.adaptive, self._upper(hi))
+
+    def _gallop(self, estimates: dict[int, StepEstimate]) -> list[StepEstimate]:
+        hi, size = len(self.resamplable) - 1, 1
+        while hi >= 0 and not self.runner.budget.exhausted:
+            lo = max(0, hi - size + 1)
+            block = self._block(lo, hi)
+            # the latest significant step is in a significant block (an unreplayable one is scanned)
+            if (block.verdict == "unreplayable" or block.significant) and \
+                    self._bisect(estimates, lo, hi, block) is not None:
+                break
+            hi, size = lo - 1, size * 2
+        return [estimates[i] for i in sorted(estimates)]
+
+    def _bisect(self, estimates: dict[int, StepEstimate], lo: int, hi: int, block: StepEstimate) -> int | None:
+        """The latest significant step among positions lo..hi, later half first."""
+        if lo == hi or block.verdict == "unreplayable":
+            self._scan(estimates, self.resamplable[lo:hi + 1])
+            return next((i for i, e in estimates.items() if e.culprit), None)
+        mid = (lo + hi + 1) // 2
+        for a, b in ((mid, hi), (lo, mid - 1)):
+            part = self._block(a, b)
+            if part.significant or part.verdict == "unreplayable":
+                found = self._bisect(estimates, a, b, part)
+                if found is not None:
+                    return found
+        # the block's effect is significant but neither half's is: test its steps one by one
+        self._scan(estimates, self.resamplable[lo:hi + 1])
+        return next((i for i, e in estimates.items() if e.culprit), None)
 
     def held_rows(self, k: int) -> list[dict]:
         return self.rows.get(k, [])

@@ -1,0 +1,152 @@
+"""The anchors on the accuracy benchmark's cases: agent_replay run on the same planted agents,
+and tracefork's own `validate` / `bench` figures as its commands report them.
+
+agent_replay cannot read an OpenTelemetry trace, so each planted topology is written again with
+its API (`ctx.llm` / `ctx.tool` with `produce=` policies): the same turns, tools, echoes,
+corruptions, observation-only tool and outcome rule, recorded with the same choices, so its step
+indices are ours and its verdict is scored against the same ground truth. tracefork needs
+Python >= 3.12 and runs its own fixtures, so its numbers are printed as reported, never mixed
+into ours.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from otel_replay.testing.planted import P_BAD, Topology, work
+
+TRACEFORK_ENV = "OTEL_REPLAY_TRACEFORK"  # path to a `tracefork` executable (its own Python >= 3.12 venv)
+
+
+def agent_replay_module() -> Any | None:
+    try:
+        return importlib.import_module("agent_replay")
+    except ImportError:
+        return None
+
+
+class _Calls:
+    def __init__(self) -> None:
+        self.n = 0
+
+
+def _agent(topology: Topology, calls: _Calls, recording: bool) -> Callable[..., str]:
+    """The planted pipeline through agent_replay's context."""
+    def run(ctx: Any, question: str) -> str:
+        history: list[dict[str, Any]] = [{"role": "user", "content": question}]
+        results: list[dict[str, Any]] = []
+        for turn in range(topology.turns):
+            def decide(turn: int = turn) -> dict[str, Any]:
+                calls.n += 1
+                if turn in topology.echo:
+                    choice = results[topology.echo[turn]]["choice"]
+                elif recording:
+                    choice = topology.forced.get(turn, "good")
+                else:
+                    choice = "bad" if ctx.rng.random() < P_BAD else "good"
+                return {"turn": turn, "choice": choice}
+
+            decision = ctx.llm("chat", produce=decide, messages=history)
+            history = [*history, {"role": "assistant", "tool_call": decision}]
+            name = topology.tools.get(turn, "work")
+
+            def tool(decision: dict[str, Any] = decision, turn: int = turn) -> str:
+                calls.n += 1
+                corrupt = turn in topology.corrupt and (recording or ctx.rng.random() < P_BAD)
+                return work(turn, "bad" if corrupt else decision["choice"])
+
+            result = ctx.tool(name, produce=tool, resamplable=name != "audit", **decision)
+            results.append(json.loads(result))
+            history = [*history, {"role": "tool", "content": result}]
+
+        def answer() -> str:
+            calls.n += 1
+            return "FAIL" if topology.fails([r["choice"] for r in results]) else "OK"
+
+        final = ctx.llm("chat", produce=answer, messages=history)
+        if topology.chance and ctx.rng.random() < P_BAD:  # the control's verdict fails by chance
+            return "FAIL"
+        return final
+    return run
+
+
+def _verifier(result: Any) -> float:
+    return 1.0 if result == "OK" else 0.0
+
+
+def agent_replay_case(topology: Topology, seed: int, rollouts: int) -> dict[str, Any] | None:
+    """agent_replay's contrastive attribution (its Point-of-Commitment rule) of one planted case;
+    None when agent_replay is not installed."""
+    ar = agent_replay_module()
+    if ar is None:
+        return None
+    calls = _Calls()
+    question = f"Run the {topology.name} task."
+    with ar.Session(":memory:") as session:
+        for record_seed in range(seed, seed + 1000):  # the control: a seed whose recorded run failed by chance
+            traj = session.record(_agent(topology, calls, recording=True), {"question": question},
+                                  seed=record_seed, verifier=_verifier)
+            if not topology.chance or _verifier(traj.result) == 0.0:
+                break
+    if len(traj.steps) != 2 * topology.turns + 1:
+        raise AssertionError(f"agent_replay recorded {len(traj.steps)} steps for {topology.name}")
+    calls.n = 0
+    started = time.perf_counter()
+    result = ar.attribute(traj, _agent(topology, calls, recording=False), _verifier, rollouts=rollouts,
+                          method="contrastive", base_seed=1000 + seed)
+    return {"predicted": result.culprit_index, "policy_calls": calls.n, "wall_s": time.perf_counter() - started,
+            "rollouts": rollouts}
+
+
+def tracefork_reported(executable: str | None = None) -> dict[str, Any]:
+    """Run tracefork's `validate` and `bench` in a scratch directory and return their headline
+    figures from the reports they write; {"skipped": why} when no executable is configured."""
+    exe = executable or os.environ.get(TRACEFORK_ENV) or shutil.which("tracefork")
+    if not exe:
+        return {"skipped": f"tracefork not found (it needs Python >= 3.12: install it in its own venv and set "
+                           f"{TRACEFORK_ENV} to its `tracefork` executable)"}
+    out: dict[str, Any] = {"executable": exe}
+    with tempfile.TemporaryDirectory(prefix="otel-replay-tracefork-") as work_dir:
+        for command in ("validate", "bench"):
+            done = subprocess.run([exe, command], cwd=work_dir, capture_output=True, text=True, timeout=900)
+            if done.returncode != 0:
+                out[command] = {"error": f"exit {done.returncode}: {done.stderr.strip()[-300:]}"}
+                continue
+            report = json.loads(Path(work_dir, f"{'validation' if command == 'validate' else 'bench'}_report.json")
+                                .read_text())
+            if command == "validate":
+                out[command] = {"top1": report["overall_top1_precision"],
+                                "negative_control_max_flip": report["negative_control_max_flip"],
+                                "classes": len(report["top1_precision_by_class"]),
+                                "runs_per_class": report["n_runs_per_class"]}
+            else:
+                out[command] = {"resolved": report["n_resolved"], "cases": report["n_cases"],
+                                "accuracy": report["accuracy"]}
+    return out
+
+
+def format_tracefork(reported: dict[str, Any]) -> str:
+    if "skipped" in reported:
+        return f"tracefork: skipped — {reported['skipped']}."
+    parts = []
+    v, b = reported.get("validate", {}), reported.get("bench", {})
+    if "top1" in v:
+        parts.append(f"`tracefork validate`: top-1 {v['top1']:.2f} over {v['classes']} injected fault classes x "
+                     f"{v['runs_per_class']} runs, negative-control max flip {v['negative_control_max_flip']:.2f}")
+    elif v:
+        parts.append(f"`tracefork validate` failed: {v['error']}")
+    if "resolved" in b:
+        parts.append(f"`tracefork bench`: {b['resolved']}/{b['cases']} competing planted causes resolved")
+    elif b:
+        parts.append(f"`tracefork bench` failed: {b['error']}")
+    return ("tracefork, as reported by its own commands on its own fixtures (not these cases): "
+            + "; ".join(parts) + ".")
