@@ -50,6 +50,7 @@ class JobParams:
     credit: bool = False
     policies: str | None = None
     shapley_permutations: int = 20
+    search: str = "scan"  # contrastive search: scan every step backwards, or gallop (blocks, then bisection)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -187,7 +188,7 @@ class Job:
                 f"{'failing' if p.credit else 'passing'} run is an error"
                 + ("" if p.credit else " (use --credit to find which step secured the success)"))
         options = ScanOptions(rollouts=p.rollouts, adaptive=p.adaptive, target_width=p.target_width, full=p.full,
-                              max_rollouts=max(p.rollouts, 10))  # with --adaptive, --rollouts caps each plan
+                              max_rollouts=max(p.rollouts, 10), search=p.search)  # with --adaptive, --rollouts caps each plan
         scan = ContrastiveScan(trajectory, runner, options,
                                on_step=lambda est: self._lead(trajectory, est))
         estimates = scan.run() if p.method in ("contrastive", "both") else []

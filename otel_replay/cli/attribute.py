@@ -99,6 +99,9 @@ def write_outputs(store: Store, reports: list[dict[str, Any]], json_path: Path |
 @click.option("--adaptive", is_flag=True, help="Add rollouts until a decision, with anytime-valid intervals.")
 @click.option("--target-width", default=0.3, show_default=True, type=click.FloatRange(0, 2, min_open=True))
 @click.option("--full", is_flag=True, help="Profile every step instead of stopping at the culprit.")
+@click.option("--search", type=click.Choice(["scan", "gallop"]), default="scan", show_default=True,
+              help="scan: test each step backwards from the last; gallop: test blocks of 1, 2, 4, ... steps, then "
+                   "bisect (fewer calls when the culprit is early or absent; assumes effects in a block do not cancel).")
 @click.option("--repair", is_flag=True, help="Search a validated repair for the culprit.")
 @click.option("--credit", is_flag=True, help="Attribute a passing run: which step secured the success.")
 @click.option("--concurrency", default=4, show_default=True, type=click.IntRange(min=1))
