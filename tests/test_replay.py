@@ -363,3 +363,28 @@ def test_a_tool_call_that_failed_in_the_recording_is_held_as_failed(tmp_path):
     run = replay(traj, ReplayPlan.factual(), policies=Registry())
     assert [o.source for o in run.steps] == ["recording"] * 3 and run.policy_calls == 0 and run.ok
     assert run.final_output == "Sorry, the weather service failed."
+
+
+def test_a_sub_agents_new_answer_reaches_the_parent_through_the_tool_it_ran_under(tmp_path):
+    from otel_replay.testing import SimulatedModelServer
+    from otel_replay.testing.planted import (
+        TOPOLOGIES,
+        planted_registry,
+        record_planted,
+        replay_model,
+    )
+
+    topology = TOPOLOGIES["multi-agent-handoff"]
+    traj = Store(tmp_path).trajectory(record_planted(tmp_path, topology))
+    tool, answer = traj.step(5), traj.step(6)
+    assert (tool.tool_name, answer.agent) == ("delegate", "researcher")
+    with SimulatedModelServer(replay_model(topology)) as server:
+        registry = planted_registry(topology, server.base_url)
+        factual = replay(traj, ReplayPlan.factual(), 0, policies=registry)
+        assert factual.final_output == "FAIL" and factual.policy_calls == 0
+        run = replay(traj, ReplayPlan.do(6, "good"), 0, policies=registry)
+    delivered = next(o for o in run.steps if o.index == 5)
+    assert delivered.source == "sub-agent" and '"choice": "good"' in delivered.outputs[0]["parts"][0]["response"]
+    parent_next = next(o for o in run.steps if o.index == 7)
+    assert parent_next.source == "policy"  # its history now holds the new tool result, so it is re-decided
+    assert run.final_output == "OK" and run.unreplayable is None

@@ -15,6 +15,7 @@ from otel_replay import Store
 from otel_replay.normalize.messages import canonical_messages
 from otel_replay.normalize.pipeline import normalize_span
 from otel_replay.normalize.records import SpanRecord
+from otel_replay.store import compact
 from otel_replay.store.compact import compact_day, days
 from otel_replay.store.ingest import ingest
 from otel_replay.store.layout import write_segment
@@ -103,7 +104,7 @@ def test_compaction_keeps_results_and_sorts_by_trace(tmp_path):
     (segment,) = (tmp_path / "span_rows" / f"day={day}").glob("*.parquet")
     data = pq.read_table(segment)
     assert data.num_rows == 200 and data.column("trace_id").to_pylist() == sorted(data.column("trace_id").to_pylist())
-    assert pq.ParquetFile(segment).metadata.row_group(0).num_rows <= 1024
+    assert pq.ParquetFile(segment).metadata.row_group(0).num_rows <= compact.ROW_GROUP
 
 
 messages = st.lists(

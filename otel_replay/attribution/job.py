@@ -3,12 +3,15 @@
 A job's rollouts, results and state are Parquet segments in the store (tables `rollout_rows`,
 `result_rows`, `job_rows`), so estimates and aggregates are SQL, and a job killed mid-way
 resumes by skipping the rollouts it already has (each is a pure function of trace, plan, seed).
+One process at a time runs a given job id (`lock.JobLock`); jobs with different ids share a store
+freely, since every row is keyed by its job id.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -18,15 +21,19 @@ from typing import Any
 from otel_replay.attribution import repair as repair_search
 from otel_replay.attribution import verifiers
 from otel_replay.attribution.contrastive import ContrastiveScan, ScanOptions, StepEstimate
+from otel_replay.attribution.executors import Executor
+from otel_replay.attribution.lock import JobLock, JobLocked
 from otel_replay.attribution.result import AttributionResult, explain, step_rows
 from otel_replay.attribution.rollouts import Budget, RolloutRunner, RolloutSpec
 from otel_replay.replay import ReplayPlan
+from otel_replay.replay.engine import DEFAULT_POLICY_TIMEOUT_S
 from otel_replay.replay.policies import Registry
 from otel_replay.store import queries
 from otel_replay.store.writer import write_rows
 from otel_replay.trajectory import Store, Trajectory
 
 FLUSH_ROWS = 200
+FLUSH_INTERVAL_S = 10.0  # rollouts are written at least this often, so a crash loses little work
 
 
 class AttributionError(Exception):
@@ -50,6 +57,7 @@ class JobParams:
     credit: bool = False
     policies: str | None = None
     shapley_permutations: int = 20
+    policy_timeout_s: float | None = DEFAULT_POLICY_TIMEOUT_S  # per policy call; None: no limit
     search: str = "scan"  # contrastive search: scan every step backwards, or gallop (blocks, then bisection)
 
     def to_json(self) -> str:
@@ -111,12 +119,16 @@ class Job:
     job_id: str = field(default_factory=new_job_id)
     on_progress: Callable[[JobProgress], None] | None = None
     created_ns: int = field(default_factory=time.time_ns)
+    executor: Executor | None = None  # where rollouts run (None: a thread pool of params.concurrency)
 
     def __post_init__(self) -> None:
         self.verifier = build_verifier(self.params.verifier)
         self.progress = JobProgress()
         self.budget = Budget(self.params.max_policy_calls)
+        self.errored = 0  # rollouts whose policy raised or timed out (stored, never scored)
         self._pending: list[dict[str, Any]] = []
+        self._rows_lock = threading.Lock()  # rows arrive from the executor's threads
+        self._flushed_at = time.monotonic()
 
     # -- storage ----------------------------------------------------------------------------------
     def _state(self, status: str, message: str | None = None) -> None:
@@ -127,17 +139,31 @@ class Job:
             "policy_calls": self.budget.spent, "message": message}])
 
     def _on_row(self, row: dict[str, Any]) -> None:
-        self._pending.append(row)
-        self.progress.rollouts += 1
-        self.progress.policy_calls = self.budget.spent
-        if len(self._pending) >= FLUSH_ROWS:
-            self._flush()
+        with self._rows_lock:
+            self._pending.append(row)
+            self.progress.rollouts += 1
+            self.errored += bool(row.get("errored"))
+            self.progress.policy_calls = self.budget.spent
+            if len(self._pending) >= FLUSH_ROWS or time.monotonic() - self._flushed_at >= FLUSH_INTERVAL_S:
+                self._flush()
+                self._state("running")  # the calls spent so far, for a resume after a crash
         if self.on_progress:
             self.on_progress(self.progress)
 
     def _flush(self) -> None:
         rows, self._pending = self._pending, []
+        self._flushed_at = time.monotonic()
         write_rows(self.store.root, "rollout_rows", rows)
+
+    def _spent_before(self, done: dict[tuple[str, str, int], dict[str, Any]]) -> int:
+        """Policy calls a previous run of this job spent: its stored rollouts' calls, or its last state's
+        count when higher (that one also counts calls of rollouts the budget cut short)."""
+        con = self.store.connect()
+        try:
+            state = con.sql(queries.query("job_state"), params=[self.job_id]).to_arrow_table().to_pylist()
+        finally:
+            con.close()
+        return max([sum(r["policy_calls"] for r in done.values()), *(s["policy_calls"] for s in state)])
 
     def _finished_rollouts(self) -> dict[tuple[str, str, int], dict[str, Any]]:
         con = self.store.connect()
@@ -149,10 +175,23 @@ class Job:
 
     # -- the work ---------------------------------------------------------------------------------
     def run(self) -> list[AttributionResult]:
-        self.store.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        """Run (or resume) the job; AttributionError if another process is running this job id."""
+        self.store.root.ensure()
+        lock = JobLock(self.store.root, self.job_id)
+        try:
+            lock.acquire()
+        except (JobLocked, ValueError) as exc:
+            raise AttributionError(str(exc)) from None
+        try:
+            return self._run()
+        finally:
+            lock.release()
+
+    def _run(self) -> list[AttributionResult]:
         done = self._finished_rollouts()
-        self.budget.spent = sum(r["policy_calls"] for r in done.values())
+        self.budget.spent = self._spent_before(done)
         self.progress.rollouts = len(done)
+        self.errored = sum(1 for r in done.values() if r.get("errored"))
         self._state("running")
         results = []
         try:
@@ -160,7 +199,8 @@ class Job:
                 self.progress.trace = trace_id
                 runner = RolloutRunner(self.job_id, self.registry, self.verifier, self.params.threshold,
                                        self.params.seed, self.params.concurrency, self.budget, self.params.credit,
-                                       on_row=self._on_row)
+                                       on_row=self._on_row, policy_timeout_s=self.params.policy_timeout_s,
+                                       executor=self.executor)
                 runner.done = {k: v for k, v in done.items() if k[0] == trace_id}
                 results.append(self.attribute(self.store.trajectory(trace_id), runner))
                 self.progress.traces_done += 1
@@ -171,13 +211,17 @@ class Job:
             self._state("failed", f"{type(exc).__name__}: {exc}"[:500])
             raise
         status = "partial" if self.budget.exhausted else "done"
-        self._state(status, "the policy-call budget ran out; results are partial" if status == "partial" else None)
+        notes = ["the policy-call budget ran out; results are partial"] if status == "partial" else []
+        if self.errored:
+            notes.append(f"{self.errored} rollouts errored (a policy raised or timed out) and were left out of "
+                         "the estimates")
+        self._state(status, "; ".join(notes) or None)
         return results
 
     def attribute(self, trajectory: Trajectory, runner: RolloutRunner) -> AttributionResult:
         p = self.params
         factual = runner.run(trajectory, [RolloutSpec(ReplayPlan.factual(), None, "factual", 0)])
-        if not factual or factual[0]["unreplayable"]:
+        if not factual or factual[0]["failed"] is None:  # unreplayable, or its policy errored
             raise AttributionError(f"trace {trajectory.trace_id} cannot be replayed factually: "
                                    f"{factual[0]['reason'] if factual else 'budget exhausted'}")
         recorded_score = factual[0]["score"]

@@ -60,7 +60,7 @@ def search(trajectory: Trajectory, runner: RolloutRunner, culprit: int, resampla
     for n, candidate in enumerate(candidates(rows, proposals)[:MAX_CANDIDATES]):
         plan = ReplayPlan(((culprit, Intervention(Action.DO, candidate)), *later), label=f"repair({culprit}.{n})")
         results = runner.run(trajectory, [RolloutSpec(plan, culprit, "repair", r) for r in range(rollouts)])
-        scored = [r for r in results if not r["unreplayable"]]
+        scored = [r for r in results if r["failed"] is not None]  # not unreplayable, not errored
         if not scored:
             continue
         k = sum(1 for r in scored if r["failed"])

@@ -1,7 +1,9 @@
 """Running rollouts: concurrently, under a hard budget of policy calls, scored by the verifier.
 
-Every rollout is a pure function of (trajectory, plan, seed), so the executor is swappable; this
-one uses a thread pool (sync policies run in the threads, async ones on each thread's own loop).
+Every rollout is a pure function of (trajectory, plan, seed), so the executor is swappable
+(`executors.py`: a thread pool in this process by default, or Ray workers).
+Each policy call is cut off after `policy_timeout_s`; a rollout whose policy raised or timed out
+is `errored`: stored, never scored, so it counts as neither a pass nor a fail.
 """
 
 from __future__ import annotations
@@ -10,20 +12,22 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import xxhash
 
 from otel_replay.attribution import verifiers
+from otel_replay.attribution.executors import Executor, LocalExecutor
 from otel_replay.replay import ReplayPlan, replay
+from otel_replay.replay.engine import DEFAULT_POLICY_TIMEOUT_S
+from otel_replay.replay.guard import CallRefused
 from otel_replay.replay.policies import Registry
 from otel_replay.trajectory import Trajectory
 
 
-class BudgetExhausted(Exception):
-    """The job's policy-call budget is spent."""
+class BudgetExhausted(CallRefused):
+    """The job's policy-call budget is spent (the call is refused, not made)."""
 
 
 class Budget:
@@ -80,7 +84,8 @@ class RolloutRunner:
 
     def __init__(self, job_id: str, registry: Registry, verifier: verifiers.Verifier, threshold: float,
                  seed: int, concurrency: int, budget: Budget, credit: bool = False, max_steps: int = 64,
-                 on_row: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_row: Callable[[dict[str, Any]], None] | None = None,
+                 policy_timeout_s: float | None = DEFAULT_POLICY_TIMEOUT_S, executor: Executor | None = None) -> None:
         self.job_id = job_id
         self.registry = BudgetedRegistry(registry, budget)
         self.verifier = verifier
@@ -91,6 +96,8 @@ class RolloutRunner:
         self.credit = credit
         self.max_steps = max_steps
         self.on_row = on_row
+        self.policy_timeout_s = policy_timeout_s
+        self.executor = executor or LocalExecutor(self.concurrency)
         self.done: dict[tuple[str, str, int], dict[str, Any]] = {}  # finished rollouts (resume)
 
     def can_resample(self, trajectory: Trajectory, index: int) -> bool:
@@ -105,9 +112,8 @@ class RolloutRunner:
         rows: list[dict[str, Any] | None] = [self.done.get((trajectory.trace_id, s.plan.key(), s.rollout)) for s in specs]
         todo = [i for i, row in enumerate(rows) if row is None]
         if todo and not self.budget.exhausted:
-            with ThreadPoolExecutor(self.concurrency) as pool:
-                for i, row in zip(todo, pool.map(lambda i: self._one(trajectory, specs[i]), todo), strict=True):
-                    rows[i] = row
+            for i, row in zip(todo, self.executor.map(self, trajectory, [specs[i] for i in todo]), strict=True):
+                rows[i] = row
         return [r for r in rows if r is not None]
 
     def _one(self, trajectory: Trajectory, spec: RolloutSpec) -> dict[str, Any] | None:
@@ -116,8 +122,9 @@ class RolloutRunner:
         key = spec.plan.key()
         seed = rollout_seed(self.seed, trajectory.trace_id, key, spec.rollout)
         started = time.perf_counter()
-        run = replay(trajectory, spec.plan, seed, policies=self.registry, max_steps=self.max_steps)
-        if run.unreplayable and "budget of" in run.unreplayable.reason:
+        run = replay(trajectory, spec.plan, seed, policies=self.registry, max_steps=self.max_steps,
+                     policy_timeout_s=self.policy_timeout_s)
+        if run.unreplayable and run.unreplayable.cause == "refused":
             return None  # not a result: the rollout was cut off by the budget
         score = None if run.unreplayable else verifiers.score(self.verifier, run.final_output, run)
         failed = None if score is None else (score >= self.threshold if self.credit else score < self.threshold)
@@ -125,7 +132,7 @@ class RolloutRunner:
         row = {
             "job_id": self.job_id, "trace_id": trajectory.trace_id, "plan": key, "step_index": spec.step_index,
             "role": spec.role, "rollout": spec.rollout, "seed": seed, "score": score, "failed": failed,
-            "unreplayable": run.unreplayable is not None,
+            "unreplayable": run.unreplayable is not None and not run.errored, "errored": run.errored,
             "reason": str(run.unreplayable) if run.unreplayable else None,
             "policy_calls": run.policy_calls, "tokens": run.tokens, "diverged_at": run.diverged_at,
             "duration_ms": (time.perf_counter() - started) * 1000, "final_output": run.final_output[:2000],

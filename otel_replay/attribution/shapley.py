@@ -29,7 +29,7 @@ def coalition_plan(resamplable: list[int], held: frozenset[int]) -> ReplayPlan:
 def _value(trajectory: Trajectory, runner: RolloutRunner, resamplable: list[int], held: frozenset[int],
            draw: int) -> float | None:
     rows = runner.run(trajectory, [RolloutSpec(coalition_plan(resamplable, held), None, "shapley", draw)])
-    if not rows or rows[0]["unreplayable"]:
+    if not rows or rows[0]["failed"] is None:  # unreplayable or errored: no value
         return None
     return 1.0 if rows[0]["failed"] else 0.0
 

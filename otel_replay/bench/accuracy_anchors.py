@@ -55,6 +55,22 @@ def _agent(topology: Topology, calls: _Calls, recording: bool) -> Callable[..., 
                     choice = "bad" if ctx.rng.random() < P_BAD else "good"
                 return {"turn": turn, "choice": choice}
 
+            if turn in topology.handoff:  # the sub-agent decides; its answer is the delegate tool's result
+                decision = ctx.llm("chat", produce=lambda turn=turn: _count(calls, {"turn": turn}), messages=history)
+                history = [*history, {"role": "assistant", "tool_call": decision}]
+
+                def research(turn: int = turn) -> str:
+                    calls.n += 1
+                    if recording:
+                        return topology.forced.get(turn, "good")
+                    return "bad" if ctx.rng.random() < P_BAD else "good"
+
+                answer = ctx.llm("researcher", produce=research, messages=[{"role": "system", "content": turn}])
+                result = ctx.tool("delegate", produce=lambda turn=turn, answer=answer: _count(calls, work(turn, answer)),
+                                  turn=turn, answer=answer)
+                results.append(json.loads(result))
+                history = [*history, {"role": "tool", "content": result}]
+                continue
             decision = ctx.llm("chat", produce=decide, messages=history)
             history = [*history, {"role": "assistant", "tool_call": decision}]
             name = topology.tools.get(turn, "work")
@@ -79,6 +95,27 @@ def _agent(topology: Topology, calls: _Calls, recording: bool) -> Callable[..., 
     return run
 
 
+def _count(calls: _Calls, value: Any) -> Any:
+    calls.n += 1
+    return value
+
+
+def _to_our_index(topology: Topology, index: int | None) -> int | None:
+    """agent_replay records a handoff turn as llm, sub-agent llm, tool; our trace has the tool span
+    first (the sub-agent's span nests inside it): map its step index onto ours."""
+    if index is None:
+        return None
+    theirs: list[tuple[str, int]] = []
+    ours: list[tuple[str, int]] = []
+    for turn in range(topology.turns):
+        sub = turn in topology.handoff
+        theirs += [("llm", turn), *([("sub", turn)] if sub else []), ("tool", turn)]
+        ours += [("llm", turn), ("tool", turn), *([("sub", turn)] if sub else [])]
+    theirs.append(("answer", 0))
+    ours.append(("answer", 0))
+    return ours.index(theirs[index])
+
+
 def _verifier(result: Any) -> float:
     return 1.0 if result == "OK" else 0.0
 
@@ -97,13 +134,13 @@ def agent_replay_case(topology: Topology, seed: int, rollouts: int) -> dict[str,
                                   seed=record_seed, verifier=_verifier)
             if not topology.chance or _verifier(traj.result) == 0.0:
                 break
-    if len(traj.steps) != 2 * topology.turns + 1:
+    if len(traj.steps) != 2 * topology.turns + 1 + len(topology.handoff):
         raise AssertionError(f"agent_replay recorded {len(traj.steps)} steps for {topology.name}")
     calls.n = 0
     started = time.perf_counter()
     result = ar.attribute(traj, _agent(topology, calls, recording=False), _verifier, rollouts=rollouts,
                           method="contrastive", base_seed=1000 + seed)
-    return {"predicted": result.culprit_index, "policy_calls": calls.n, "wall_s": time.perf_counter() - started,
+    return {"predicted": _to_our_index(topology, result.culprit_index), "policy_calls": calls.n, "wall_s": time.perf_counter() - started,
             "rollouts": rollouts}
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from opentelemetry.context import Context
@@ -18,10 +18,20 @@ from opentelemetry.sdk._logs import LogRecordProcessor
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from otel_replay.capture.queue import SpanQueue
+from otel_replay.capture.sizing import (
+    ATTRIBUTE_OVERHEAD,
+    IS_STR,
+    SPAN_OVERHEAD,
+    STR_SIZE,
+    events_size,
+    log_size,
+    record_size,
+)
 from otel_replay.capture.writer import CaptureWriter
 from otel_replay.normalize.content import CONTENT_EVENTS
 from otel_replay.normalize.records import LogEvent, SpanRecord
-from otel_replay.store.layout import default_root
+from otel_replay.normalize.redact import Privacy, Redactor
+from otel_replay.store.location import StoreLocation
 
 # A span is captured when it carries one of these keys (GenAI semconv, OpenInference, OpenLLMetry,
 # Langfuse), or when it is a root span (kept only if its trace had such spans).
@@ -39,10 +49,6 @@ MARKERS = frozenset(
         "langfuse.observation.type",
     }
 )
-_PAYLOAD_KEYS = ("gen_ai.input.messages", "gen_ai.output.messages", "input.value", "output.value",
-                 "gen_ai.tool.call.result", "langfuse.observation.input", "langfuse.observation.output")
-_SPAN_OVERHEAD = 512
-_ATTRIBUTE_OVERHEAD = 64
 
 
 def _attribute_dict(span: ReadableSpan) -> dict:
@@ -60,21 +66,30 @@ def is_marked(span: ReadableSpan) -> bool:
 class ReplayProcessor(SpanProcessor):
     """Captures GenAI spans (and the root span of their trace) into an otel-replay store.
 
-    :param store: store directory; default `$OTEL_REPLAY_STORE` or `./otel-replay-store`.
+    :param store: store directory or URL (`s3://bucket/prefix`, ...); default `$OTEL_REPLAY_STORE` or
+        `./otel-replay-store`.
     :param max_queue_spans: spans waiting for the writer before new ones are dropped (and counted).
-    :param max_queue_bytes: estimated payload bytes waiting before new spans are dropped.
+    :param max_queue_bytes: estimated bytes capture may hold in memory (waiting, or taken by the writer and
+        not yet written) before new spans are dropped; see `otel_replay.capture.sizing`.
     :param flush_interval_s: the writer writes a segment at least this often while spans arrive.
     :param flush_rows: ... and whenever this many spans are waiting to be written.
+    :param redact: a `Redactor` (built-ins plus your rules), True (the built-in detectors: API keys,
+        bearer tokens, emails, card numbers; the default) or False. Runs on the writer thread, before
+        anything is stored; see `otel_replay.normalize.redact`.
+    :param capture_payloads: False stores no payload at all (every step observation-only), or a
+        mapping per step kind such as ``{"llm": True, "tool": False}`` (kinds not named: True).
     """
 
-    def __init__(self, store: str | Path | None = None, *, max_queue_spans: int = 50_000,
+    def __init__(self, store: str | Path | StoreLocation | None = None, *, max_queue_spans: int = 50_000,
                  max_queue_bytes: int = 256 * 1024 * 1024, flush_interval_s: float = 2.0,
-                 flush_rows: int = 20_000) -> None:
+                 flush_rows: int = 20_000, redact: Redactor | bool = True,
+                 capture_payloads: bool | Mapping[str, bool] = True) -> None:
         if max_queue_spans <= 0 or max_queue_bytes <= 0:
             raise ValueError("max_queue_spans and max_queue_bytes must be positive")
         if flush_interval_s <= 0 or flush_rows <= 0:
             raise ValueError("flush_interval_s and flush_rows must be positive")
-        self.store = Path(store) if store is not None else default_root()
+        self.store = StoreLocation.of(store)
+        self.privacy = Privacy(redact, capture_payloads)  # raises ValueError now, never on the writer
         self._options = (max_queue_spans, max_queue_bytes, flush_interval_s, flush_rows)
         self._shutdown = False
         self.internal_errors = 0
@@ -90,7 +105,7 @@ class ReplayProcessor(SpanProcessor):
         max_spans, max_bytes, interval, rows = self._options
         self._queue = SpanQueue(max_spans, max_bytes)
         self._writer = CaptureWriter(self.store, self._queue, flush_interval_s=interval, flush_rows=rows,
-                                     markers=MARKERS)
+                                     markers=MARKERS, privacy=self.privacy)
         self._wake = self._writer.wake
         self._writer.start()
 
@@ -119,11 +134,10 @@ class ReplayProcessor(SpanProcessor):
             if queue.length() >= queue.max_items:  # full: count the drop before any other work
                 queue.dropped += 1
                 return
-            size = _SPAN_OVERHEAD + _ATTRIBUTE_OVERHEAD * len(attrs)
-            for key in _PAYLOAD_KEYS:
-                value = attrs.get(key)
-                if value is not None and value.__class__ is str:
-                    size += len(value)
+            # Honest for every convention: every string value counts what it occupies (sizing.py).
+            size = SPAN_OVERHEAD + ATTRIBUTE_OVERHEAD * len(attrs) + sum(map(STR_SIZE, filter(IS_STR, attrs.values())))
+            if span._events:  # noqa: SLF001 - content events of older conventions carry payloads
+                size += events_size(span._events)  # noqa: SLF001
             # Wake the writer once per backlog: Event.set takes a lock and costs ~1 µs.
             if queue.put(span, size) >= self._wake_at and not self._wake.is_set():
                 self._wake.set()
@@ -146,7 +160,7 @@ class ReplayProcessor(SpanProcessor):
         count = len(spans) + len(logs)
         if self._shutdown:
             return count
-        batch = [(item, _SPAN_OVERHEAD + _ATTRIBUTE_OVERHEAD * len(item.attributes)) for item in (*logs, *spans)]
+        batch = [(item, record_size(item)) for item in (*logs, *spans)]
         if not self._queue.offer_all(batch):  # logs first, so a span finds its events already waiting
             self.refused_records += count
             return count
@@ -170,11 +184,17 @@ class ReplayProcessor(SpanProcessor):
             "queued_bytes": self._queue.queued_bytes,
             "skipped": dict(self._writer.skipped),
             "internal_errors": self.internal_errors,
+            "lost_store_unwritable": self._writer.lost_spans,
+            "store_error": self._writer.store_error,  # why the store cannot be written now, else None
         }
 
     # -- flush and shutdown --------------------------------------------------------------------
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        """Write everything queued before this call; False if that took longer than the timeout."""
+        """Write everything queued before this call.
+
+        False if that took longer than the timeout, or if the store refused a write meanwhile (the
+        spans were dropped and counted): True means what was queued before the call is on disk.
+        """
         if self._shutdown or not self._writer.thread.is_alive():
             return not len(self._queue)
         return self._writer.request_flush().wait(max(timeout_millis, 0) / 1000)
@@ -205,7 +225,7 @@ class ReplayLogProcessor(LogRecordProcessor):
             if name is None:
                 name = (getattr(record, "attributes", None) or {}).get("event.name")
             if name in CONTENT_EVENTS:
-                self.processor.enqueue_log(log_record, _SPAN_OVERHEAD)
+                self.processor.enqueue_log(log_record, log_size(record))
         except Exception:  # noqa: BLE001
             self.processor.internal_errors += 1
 

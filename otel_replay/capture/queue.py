@@ -1,7 +1,9 @@
 """The bounded hand-off between the service's threads and the capture writer.
 
 Bounded by count and by an estimate of bytes. Producer and consumer each own one counter
-(`bytes_in`, `bytes_out`), so neither takes a lock; the difference is the bytes queued.
+(`bytes_in`, `bytes_out`), so neither takes a lock; the difference is the bytes held. An item's
+bytes stay held after `take` until the writer `release`s them (its rows were written or given
+up), so the byte cap bounds everything capture holds in memory, not only what waits in the deque.
 """
 
 from __future__ import annotations
@@ -49,18 +51,28 @@ class SpanQueue:
         self.bytes_in += total
         return True
 
-    def take(self, limit: int) -> list[Any]:
-        """Pop up to `limit` items (consumer side only)."""
-        out = []
+    def take(self, limit: int, max_bytes: int | None = None) -> list[tuple[Any, int]]:
+        """Pop up to `limit` (item, size) pairs, and past `max_bytes` no more (at least one); consumer
+        side only. Their bytes stay held until `release`."""
         popleft = self._items.popleft
-        freed = 0
-        for _ in range(min(limit, len(self._items))):
-            item, size = popleft()
-            freed += size
-            out.append(item)
-        self.bytes_out += freed
+        count = min(limit, len(self._items))
+        if max_bytes is None:
+            return [popleft() for _ in range(count)]
+        out = []
+        taken = 0
+        for _ in range(count):
+            pair = popleft()
+            out.append(pair)
+            taken += pair[1]
+            if taken >= max_bytes:
+                break
         return out
+
+    def release(self, size: int) -> None:
+        """The consumer is done with `size` bytes of taken items (written, skipped or lost)."""
+        self.bytes_out += size
 
     @property
     def queued_bytes(self) -> int:
+        """Estimated bytes held: waiting in the queue or taken and not yet written."""
         return self.bytes_in - self.bytes_out

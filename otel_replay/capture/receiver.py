@@ -2,12 +2,17 @@
 
 A request is decoded on its own thread and handed to one `ReplayProcessor`, whose writer stores
 it exactly like live capture. Every request is bounded (body size, decompressed size, read
-time); a bad one gets an error status and the servers keep serving.
+time); a bad one gets an error status and the servers keep serving. The servers listen on
+loopback unless told otherwise, can require a bearer token (compared in constant time), and
+limit each client's request rate (429 / RESOURCE_EXHAUSTED with a retry delay).
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import ipaddress
+import logging
 import threading
 import time
 from concurrent import futures
@@ -31,12 +36,17 @@ from otel_replay.capture.receiver_decode import (
     summary,
 )
 from otel_replay.capture.receiver_http import RETRY_AFTER_S, HttpServer
+from otel_replay.capture.receiver_limits import DEFAULT_RATE, RateLimiter, Throttled
+from otel_replay.store.location import StoreLocation
 
 TOKEN_ENV = "OTEL_REPLAY_COLLECT_TOKEN"
 """Bearer token clients must send (`Authorization: Bearer <token>`); default: none required."""
 DEFAULT_MAX_BODY_MB = 16.0
 READ_TIMEOUT_S = 10.0  # a client that sends nothing for this long loses its connection
+REQUEST_TIMEOUT_S = 30.0  # a request must arrive whole this soon after its first byte
 MAX_CONCURRENT_RPCS = 64  # more gRPC calls at once get RESOURCE_EXHAUSTED instead of a queue
+MAX_STREAMS_PER_CONNECTION = 16
+logger = logging.getLogger("otel_replay")
 
 
 class ReceiverError(Exception):
@@ -54,23 +64,32 @@ class OtlpReceiver:
     :param token: bearer token every request must carry; None accepts any request.
     :param max_body_mb: largest request body, compressed or not, in MB.
     :param read_timeout_s: a client that sends nothing for this long is disconnected.
+    :param request_timeout_s: an HTTP request must arrive whole within this time of its first byte
+        (a client that trickles bytes is cut off); gRPC handshakes get `read_timeout_s`.
+    :param max_requests_per_s: requests per second one client address may send (a token bucket
+        with bursts of twice that); more get 429 / RESOURCE_EXHAUSTED and a retry delay. None: no limit.
     :param processor: the `ReplayProcessor` to feed instead of a new one on `store` (to size its
         queue, or to share it); `stop` shuts it down either way.
     """
 
-    def __init__(self, store: str | Path, *, host: str = "127.0.0.1", http_port: int = 4318,
+    def __init__(self, store: str | Path | StoreLocation, *, host: str = "127.0.0.1", http_port: int = 4318,
                  grpc_port: int = 4317, token: str | None = None, max_body_mb: float = DEFAULT_MAX_BODY_MB,
-                 read_timeout_s: float = READ_TIMEOUT_S, processor: ReplayProcessor | None = None) -> None:
+                 read_timeout_s: float = READ_TIMEOUT_S, processor: ReplayProcessor | None = None,
+                 request_timeout_s: float = REQUEST_TIMEOUT_S, max_requests_per_s: float | None = DEFAULT_RATE) -> None:
         if not 0 < max_body_mb <= 2047:
             raise ReceiverError(f"--max-body-mb must be between 0 and 2047, got {max_body_mb}")
         for name, port in (("--http-port", http_port), ("--grpc-port", grpc_port)):
             if not 0 <= port <= 65535:
                 raise ReceiverError(f"{name} must be between 0 and 65535, got {port}")
-        self.store = Path(store)
+        self.store = StoreLocation.of(store)
         self.host, self.http_port, self.grpc_port = host, http_port, grpc_port
         self.max_body = int(max_body_mb * 1024 * 1024)
         self.read_timeout_s = read_timeout_s
-        self._token = token.encode() if token else None
+        self.request_timeout_s = max(request_timeout_s, read_timeout_s)
+        self.limiter = RateLimiter(max_requests_per_s) if max_requests_per_s else None
+        self.throttled = 0
+        """Requests refused because their client was over its rate."""
+        self._token = _digest(token.encode("utf-8")) if token else None
         self.counts = {f"{what}_{signal}": 0 for what in ("accepted", "refused", "malformed") for signal in (TRACES, LOGS)}
         """Records accepted, refused because the queue was full, and malformed, per signal."""
         self.processor = processor
@@ -107,6 +126,9 @@ class OtlpReceiver:
                                              name="otel-replay-collect-http", daemon=True)
         self._http_thread.start()
         self._grpc.start()
+        if self._token is None and not is_loopback(self.host):
+            logger.warning("otel-replay collect listens on %s without a token: anyone who can reach it can write "
+                           "to the store (set a token, or listen on 127.0.0.1)", self.host)
         return self
 
     def _cannot_listen(self, what: str, where: str, why: str, flag: str) -> NoReturn:
@@ -115,9 +137,12 @@ class OtlpReceiver:
                             f"Pick another port with {flag} (0: any free port) or --host") from None
 
     def _make_grpc_server(self) -> grpc.Server:
+        options = [("grpc.max_receive_message_length", self.max_body), ("grpc.so_reuseport", 0),
+                   ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+                   ("grpc.server_handshake_timeout_ms", int(self.read_timeout_s * 1000)),
+                   ("grpc.max_connection_idle_ms", int(max(self.request_timeout_s, 60) * 1000))]
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="otel-replay-collect-grpc"),
-                             options=[("grpc.max_receive_message_length", self.max_body), ("grpc.so_reuseport", 0)],
-                             maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
+                             options=options, maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(self), server)
         logs_service_pb2_grpc.add_LogsServiceServicer_to_server(_LogsService(self), server)
         self.grpc_port = server.add_insecure_port(f"{self.grpc_endpoint}")
@@ -127,8 +152,9 @@ class OtlpReceiver:
         """Write everything accepted so far; False if that took longer than the timeout."""
         return self.processor is not None and self.processor.force_flush(int(timeout_s * 1000))
 
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop both servers, then write everything accepted, within the timeout."""
+    def stop(self, timeout_s: float = 120.0) -> None:
+        """Stop both servers, then write everything accepted, within the timeout (generous: what is
+        still queued when it runs out is lost, and each of those spans was acknowledged)."""
         deadline = time.monotonic() + timeout_s
         if self._grpc is not None:
             self._grpc.stop(min(2.0, timeout_s / 4)).wait(max(deadline - time.monotonic(), 0))
@@ -153,7 +179,18 @@ class OtlpReceiver:
         if self._token is None:
             return True
         scheme, _, credentials = (header or "").strip().partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), self._token)
+        given = _digest(credentials.strip().encode("latin-1", "replace"))  # HTTP headers arrive as latin-1
+        return hmac.compare_digest(given, self._token) and scheme.lower() == "bearer"
+
+    def admit(self, client: str) -> None:
+        """Take one request from `client`'s rate; raises Throttled (429) when it is over."""
+        if self.limiter is None:
+            return
+        wait = self.limiter.take(client)
+        if wait:
+            with self._lock:
+                self.throttled += 1
+            raise Throttled(client, self.limiter.rate, wait)
 
     def ingest(self, signal: str, records: list[Any], errors: list[str]) -> tuple[int, str]:
         """Queue decoded records; returns (rejected, message) for `partial_success`.
@@ -184,18 +221,42 @@ class OtlpReceiver:
 
 # -- gRPC --------------------------------------------------------------------------------------
 def _grpc_export(receiver: OtlpReceiver, signal: str, request: Message, context: grpc.ServicerContext) -> Message:
-    metadata = dict(context.invocation_metadata())
-    if not receiver.authorized(metadata.get("authorization")):
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (authorization metadata)")
     try:
+        receiver.admit(peer_address(context.peer()))
+        metadata = dict(context.invocation_metadata())
+        if not receiver.authorized(metadata.get("authorization")):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (authorization metadata)")
         records, errors = records_from_proto(signal, request)
         return export_response(signal, *receiver.ingest(signal, records, errors))
     except RequestError as exc:
         if exc.retry:
             info = RetryInfo()
-            info.retry_delay.seconds = RETRY_AFTER_S
+            info.retry_delay.seconds = getattr(exc, "retry_after", RETRY_AFTER_S)
             context.set_trailing_metadata((("google.rpc.retryinfo-bin", info.SerializeToString()),))
         context.abort(exc.code, exc.message)
+
+
+def peer_address(peer: str) -> str:
+    """The client address of a gRPC peer string (`ipv4:1.2.3.4:5678`, `ipv6:[::1]:5678`)."""
+    kind, _, rest = peer.partition(":")
+    if kind in ("ipv4", "ipv6"):
+        return rest.rsplit(":", 1)[0].strip("[]")
+    return peer
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is a loopback address (127.0.0.0/8, ::1, localhost)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _digest(secret: bytes) -> bytes:
+    """Tokens are compared as digests: equal lengths, so the constant-time compare leaks nothing."""
+    return hashlib.sha256(secret).digest()
 
 
 class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):

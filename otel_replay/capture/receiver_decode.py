@@ -1,12 +1,12 @@
 """OTLP requests for the receiver: records out of a body or a parsed request, and the responses.
 
-Shared by OTLP/HTTP and OTLP/gRPC. A malformed record is skipped and
-reported (`partial_success`); a body that cannot be read at all is a `RequestError`.
+Shared by OTLP/HTTP and OTLP/gRPC. A malformed record (a `SourceError` from the decoders) is
+skipped and reported (`partial_success`); a body that cannot be read at all is a `RequestError`.
+Decoding is linear in the body: each resource is decoded once, whatever the number of bad records.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -15,11 +15,8 @@ from google.protobuf.message import Message
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from otel_replay.normalize.sources.otlp_json import (
-    OtlpFormatError,
-    logs_from_request,
-    spans_from_request,
-)
+from otel_replay.normalize.sources.errors import SourceError
+from otel_replay.normalize.sources.otlp_json import logs_from_request, spans_from_request
 from otel_replay.normalize.sources.otlp_proto import (
     logs_from_proto,
     parse_logs,
@@ -30,7 +27,6 @@ from otel_replay.normalize.sources.otlp_proto import (
 TRACES, LOGS = "traces", "logs"
 NOUNS = {TRACES: "span", LOGS: "log record"}
 MAX_RECORDS = 50_000  # per request; more would not fit the writer's queue (and costs memory to decode)
-_DECODE_ERRORS = (ValueError, TypeError, KeyError, AttributeError, RecursionError)
 _PROTO_LEVELS = {TRACES: ("resource_spans", "scope_spans", "spans"), LOGS: ("resource_logs", "scope_logs", "log_records")}
 _JSON_LEVELS = {TRACES: ("resourceSpans", "scopeSpans", "spans"), LOGS: ("resourceLogs", "scopeLogs", "logRecords")}
 
@@ -44,7 +40,12 @@ class RequestError(Exception):
 
 
 def decode_body(signal: str, body: bytes, json: bool) -> tuple[list[Any], list[str]]:
-    """Records in an OTLP request body, and one message per malformed record (skipped)."""
+    """Records in an OTLP request body, and one message per malformed record (skipped).
+
+    Raises only `RequestError`: 400 for a body that is not an OTLP request at all (not JSON,
+    not protobuf, the wrong shape), 413 for too many records. Every record returned passed
+    `checks.check_span` / `check_log`, so the writer can store it.
+    """
     try:
         if not json:
             return records_from_proto(signal, (parse_traces if signal == TRACES else parse_logs)(body))
@@ -52,74 +53,30 @@ def decode_body(signal: str, body: bytes, json: bool) -> tuple[list[Any], list[s
         top, mid, leaf = _JSON_LEVELS[signal]
         if isinstance(doc, dict):
             _check_count(signal, sum(len(_dicts(m.get(leaf))) for o in _dicts(doc.get(top)) for m in _dicts(o.get(mid))))
-        if signal == TRACES:
-            errors: list[tuple[str, str]] = []
-            spans = list(spans_from_request(doc, errors))
-            return spans, [f"{path}: {reason}" for path, reason in errors]
-        return _one_by_one(signal, doc, logs_from_request, _json_pieces)
-    except OtlpFormatError as exc:
+        errors: list[tuple[str, str]] = []
+        decode = spans_from_request if signal == TRACES else logs_from_request
+        records = list(decode(doc, errors))
+        return records, [f"{path}: {reason}" for path, reason in errors]
+    except SourceError as exc:
         raise RequestError(400, grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
     except orjson.JSONDecodeError as exc:
         raise RequestError(400, grpc.StatusCode.INVALID_ARGUMENT, f"body is not JSON: {exc}") from None
-    except _DECODE_ERRORS as exc:  # OtlpDecodeError, or a shape the JSON decoder did not expect
-        raise RequestError(400, grpc.StatusCode.INVALID_ARGUMENT, f"not an OTLP {signal} request: {exc}") from None
 
 
 def records_from_proto(signal: str, request: Message) -> tuple[list[Any], list[str]]:
+    """Records of a parsed request (HTTP or gRPC); a malformed record is skipped and described."""
     top, mid, leaf = _PROTO_LEVELS[signal]
     _check_count(signal, sum(len(getattr(m, leaf)) for o in getattr(request, top) for m in getattr(o, mid)))
+    errors: list[tuple[str, str]] = []
     decode = spans_from_proto if signal == TRACES else logs_from_proto
-    return _one_by_one(signal, request, decode, _proto_pieces)
+    records = list(decode(request, errors))
+    return records, [f"{path}: {reason}" for path, reason in errors]
 
 
 def _check_count(signal: str, count: int) -> None:
     if count > MAX_RECORDS:
         raise RequestError(413, grpc.StatusCode.INVALID_ARGUMENT,
                            f"{count} {NOUNS[signal]}s in one request; send at most {MAX_RECORDS} per request")
-
-
-def _one_by_one(signal: str, request: Any, decode: Callable[[Any], Iterator[Any]],
-                pieces: Callable[[str, Any], Iterator[tuple[str, Any]]]) -> tuple[list[Any], list[str]]:
-    """Decode the whole request; if a record is malformed, decode record by record to keep the rest."""
-    try:
-        return list(decode(request)), []
-    except OtlpFormatError:
-        raise
-    except _DECODE_ERRORS:
-        pass
-    records: list[Any] = []
-    errors: list[str] = []
-    for path, piece in pieces(signal, request):
-        try:
-            records.extend(decode(piece))
-        except _DECODE_ERRORS as exc:
-            errors.append(f"{path}: {exc}")
-    return records, errors
-
-
-def _proto_pieces(signal: str, request: Message) -> Iterator[tuple[str, Message]]:
-    """One single-record request per record, keeping its resource and scope."""
-    top, mid, leaf = _PROTO_LEVELS[signal]
-    for i, outer in enumerate(getattr(request, top)):
-        for j, middle in enumerate(getattr(outer, mid)):
-            for k, item in enumerate(getattr(middle, leaf)):
-                piece = type(request)()
-                resource = getattr(piece, top).add()
-                resource.resource.CopyFrom(outer.resource)
-                scope = getattr(resource, mid).add()
-                scope.scope.CopyFrom(middle.scope)
-                getattr(scope, leaf).add().CopyFrom(item)
-                yield f"{top}[{i}].{mid}[{j}].{leaf}[{k}]", piece
-
-
-def _json_pieces(signal: str, doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    top, mid, leaf = _JSON_LEVELS[signal]
-    for i, outer in enumerate(_dicts(doc.get(top))):
-        for j, middle in enumerate(_dicts(outer.get(mid))):
-            for k, item in enumerate(_dicts(middle.get(leaf))):
-                piece = {top: [{"resource": outer.get("resource") or {},
-                                mid: [{"scope": middle.get("scope") or {}, leaf: [item]}]}]}
-                yield f"{top}[{i}].{mid}[{j}].{leaf}[{k}]", piece
 
 
 def _dicts(value: Any) -> list[dict[str, Any]]:

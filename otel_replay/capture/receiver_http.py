@@ -3,16 +3,21 @@
 Stdlib `ThreadingHTTPServer`, one daemon thread per connection, keep-alive. Everything that can
 be refused from the headers is refused before the body is read; bodies are read and
 decompressed against the size limit, so a gzip bomb costs at most the limit in memory.
+Connections are bounded in number (in all and per client address), each request must arrive
+whole within the request timeout (slow-loris), bodies in memory are bounded in total, and a few
+requests at a time are decoded (`receiver_limits`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import socket
 import threading
 import time
 import zlib
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -29,6 +34,7 @@ from otel_replay.capture.receiver_decode import (
     decode_body,
     export_response,
 )
+from otel_replay.capture.receiver_limits import ByteBudget, ConnectionSlots, DeadlineReader
 
 if TYPE_CHECKING:
     from otel_replay.capture.receiver import OtlpReceiver
@@ -40,25 +46,35 @@ PATHS = {"/v1/traces": TRACES, "/v1/logs": LOGS}
 CONTENT_TYPES = {"application/x-protobuf": False, "application/protobuf": False, "application/json": True}
 ENCODINGS = {"gzip": 31, "x-gzip": 31, "deflate": 15}  # zlib wbits: gzip header, zlib header
 MAX_CONNECTIONS = 256
+MAX_CONNECTIONS_PER_CLIENT = 64  # one address cannot take every connection
+BODIES_IN_FLIGHT = 8  # request bodies held at once, in units of the largest body (--max-body-mb)
+DECODERS = 4  # requests decoded at once (decoding is CPU-bound: more would only queue on the GIL)
+_WAIT_FOR_ROOM_S = 5.0  # how long a request waits for body room or a decoder before a 503
+_DISCARD_MAX = 1024 * 1024  # an unread body up to this size is read and dropped to keep the connection
+_PIECE = 256 * 1024  # bodies are read (and their memory reserved) this much at a time
 _LINGER_S = 1.0
 _BUSY = (f"HTTP/1.1 503 Service Unavailable\r\nRetry-After: {RETRY_AFTER_S}\r\nContent-Length: 0\r\n"
          "Connection: close\r\n\r\n").encode()
 
 
 class HttpServer(ThreadingHTTPServer):
-    """One daemon thread per connection, at most `MAX_CONNECTIONS` at once."""
+    """One daemon thread per connection, at most `MAX_CONNECTIONS` at once (and per client address
+    `MAX_CONNECTIONS_PER_CLIENT`); a connection over either limit gets a 503 and is closed."""
 
     daemon_threads = True
     block_on_close = False  # stop() must not wait for idle keep-alive connections
+    request_queue_size = 128  # listen backlog (the stdlib's 5 makes a burst of connects wait seconds)
 
     def __init__(self, receiver: OtlpReceiver) -> None:
         self.receiver = receiver
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.slots = ConnectionSlots(MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT)
+        self.bodies = ByteBudget(BODIES_IN_FLIGHT * receiver.max_body)
+        self.decoders = threading.BoundedSemaphore(DECODERS)
         self.address_family = socket.AF_INET6 if ":" in receiver.host else socket.AF_INET
         super().__init__((receiver.host, receiver.http_port), _OtlpHandler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):  # too many connections: no thread for this one
+        if not self.slots.acquire(client_address[0]):  # too many connections: no thread for this one
             with contextlib.suppress(OSError):
                 request.sendall(_BUSY)
             self.shutdown_request(request)
@@ -69,7 +85,7 @@ class HttpServer(ThreadingHTTPServer):
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self.slots.release(client_address[0])
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         logger.debug("otel-replay collect: error while serving %s", client_address, exc_info=True)
@@ -82,8 +98,18 @@ class _OtlpHandler(BaseHTTPRequestHandler):
     server: HttpServer
 
     def setup(self) -> None:
-        self.timeout = self.server.receiver.read_timeout_s  # every read on this connection
+        receiver = self.server.receiver
+        self.timeout = receiver.read_timeout_s  # every read and write on this connection
         super().setup()
+        self.rfile.close()  # reads go through the deadline reader instead
+        self._reader = DeadlineReader(self.connection, receiver.read_timeout_s, receiver.request_timeout_s)
+        self.rfile = io.BufferedReader(self._reader, 65536)
+
+    def handle_one_request(self) -> None:
+        self._reader.start_request()  # the request timeout runs from the next request's first byte
+        self._admitted = False
+        self._body_started = False  # part of the body was read: an error must close the connection
+        super().handle_one_request()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         return None
@@ -96,10 +122,21 @@ class _OtlpHandler(BaseHTTPRequestHandler):
         self._body_read = False
         try:
             signal, as_json, encoding, length = self._check()
-            body = read_body(self.rfile, length, receiver.max_body)
-            self._body_read = True
-            records, errors = decode_body(signal, decompress(body, encoding, receiver.max_body), as_json)
-            response = export_response(signal, *receiver.ingest(signal, records, errors))
+            held = _Held(self.server.bodies, self.client_address[0])
+            self._body_started = True
+            try:
+                body = read_body(self.rfile, length, receiver.max_body, held.reserve)
+                self._body_read = True
+                if not self.server.decoders.acquire(timeout=_WAIT_FOR_ROOM_S):
+                    raise RequestError(503, grpc.StatusCode.UNAVAILABLE, "the receiver is busy; retry later", retry=True)
+                try:
+                    records, errors = decode_body(signal, decompress(body, encoding, receiver.max_body), as_json)
+                    del body
+                    response = export_response(signal, *receiver.ingest(signal, records, errors))
+                finally:
+                    self.server.decoders.release()
+            finally:
+                held.release()
             self._send(200, *self._encode(response, as_json))
         except RequestError as exc:
             self._refuse(exc)
@@ -140,6 +177,9 @@ class _OtlpHandler(BaseHTTPRequestHandler):
         signal = PATHS.get(path)
         if signal is None:
             raise RequestError(404, grpc.StatusCode.NOT_FOUND, f"no endpoint {path}; use /v1/traces or /v1/logs")
+        if not self._admitted:  # once per request (also asked before a 100 Continue)
+            receiver.admit(self.client_address[0])  # Throttled (429) when over its rate
+            self._admitted = True
         if not receiver.authorized(self.headers.get("Authorization")):
             raise RequestError(401, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token: send 'Authorization: Bearer <token>'")
         content_type = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
@@ -160,9 +200,10 @@ class _OtlpHandler(BaseHTTPRequestHandler):
         raw = self.headers.get("Content-Length")
         if raw is None:
             raise RequestError(411, grpc.StatusCode.INVALID_ARGUMENT, "send Content-Length or a chunked body")
-        if not raw.strip().isdigit():
-            raise RequestError(400, grpc.StatusCode.INVALID_ARGUMENT, f"bad Content-Length {raw!r}")
-        length, limit = int(raw), self.server.receiver.max_body
+        text = raw.strip(" \t")  # str.isdigit() admits '²' and str.strip() '\x1d', which int() refuses
+        if not (text.isascii() and text.isdigit()):
+            raise RequestError(400, grpc.StatusCode.INVALID_ARGUMENT, f"bad Content-Length {raw[:40]!r}")
+        length, limit = int(text), self.server.receiver.max_body
         if length > limit:
             raise RequestError(413, grpc.StatusCode.RESOURCE_EXHAUSTED,
                                f"body of {length} bytes is larger than {limit / 1024 / 1024:g} MB (--max-body-mb)")
@@ -171,15 +212,19 @@ class _OtlpHandler(BaseHTTPRequestHandler):
     def _refuse(self, exc: RequestError, linger: bool = True) -> None:
         """An error response; an unread body is discarded if small, else the connection closes."""
         unread = not self._body_read and self._has_body()
-        if unread and linger and exc.status not in (411, 413):
+        if unread and linger and exc.status not in (411, 413) and not self._body_started:
             try:
                 length = self._length()
-                if length is not None:
-                    self.rfile.read(length)
-                    unread = False
+                if length is not None and length <= _DISCARD_MAX:
+                    while length > 0:  # read and drop, in pieces: no copy of the body is kept
+                        piece = self.rfile.read(min(length, 65536))
+                        if not piece:
+                            break
+                        length -= len(piece)
+                    unread = length > 0
             except (RequestError, OSError):
                 pass
-        headers = [("Retry-After", str(RETRY_AFTER_S))] if exc.retry else []
+        headers = [("Retry-After", str(getattr(exc, "retry_after", RETRY_AFTER_S)))] if exc.retry else []
         if exc.status == 401:
             headers.append(("WWW-Authenticate", "Bearer"))
         if exc.status == 405:
@@ -227,18 +272,50 @@ class _OtlpHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
-def read_body(rfile: BinaryIO, length: int | None, limit: int) -> bytes:
-    """The request body: `length` bytes, or chunked transfer coding when None; at most `limit`."""
+class _Held:
+    """Bytes of one request's body reserved in the server's `ByteBudget`, as they arrive."""
+
+    def __init__(self, budget: ByteBudget, client: str) -> None:
+        self.budget, self.client, self.size = budget, client, 0
+
+    def reserve(self, size: int) -> None:
+        if not self.budget.reserve(self.client, size, _WAIT_FOR_ROOM_S):
+            raise RequestError(503, grpc.StatusCode.UNAVAILABLE,
+                               "the receiver holds too many request bodies at once; retry later", retry=True)
+        self.size += size
+
+    def release(self) -> None:
+        self.budget.release(self.client, self.size)
+        self.size = 0
+
+
+def read_body(rfile: BinaryIO, length: int | None, limit: int,
+              reserve: Callable[[int], None] | None = None) -> bytes:
+    """The request body: `length` bytes, or chunked transfer coding when None; at most `limit`.
+
+    Read in pieces, each `reserve`d first: a client that sends slowly holds only what it sent.
+    """
+    reserve = reserve or _no_budget
     if length is None:
-        return _read_chunked(rfile, limit)
-    body = rfile.read(length)  # the caller checked length <= limit
-    if len(body) < length:
-        raise RequestError(400, grpc.StatusCode.INVALID_ARGUMENT,
-                           f"body ended after {len(body)} of {length} bytes (Content-Length)")
-    return body
+        return _read_chunked(rfile, limit, reserve)
+    pieces, left = [], length  # the caller checked length <= limit
+    while left > 0:
+        size = min(left, _PIECE)
+        reserve(size)
+        piece = rfile.read(size)
+        if not piece:
+            raise RequestError(400, grpc.StatusCode.INVALID_ARGUMENT,
+                               f"body ended after {length - left} of {length} bytes (Content-Length)")
+        pieces.append(piece)
+        left -= len(piece)
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
-def _read_chunked(rfile: BinaryIO, limit: int) -> bytes:
+def _no_budget(size: int) -> None:
+    return None
+
+
+def _read_chunked(rfile: BinaryIO, limit: int, reserve: Callable[[int], None]) -> bytes:
     body = bytearray()
     while True:
         line = rfile.readline(1024)
@@ -250,6 +327,7 @@ def _read_chunked(rfile: BinaryIO, limit: int) -> bytes:
             break
         if len(body) + size > limit:
             raise RequestError(413, grpc.StatusCode.RESOURCE_EXHAUSTED, f"body is larger than {_mb(limit)}")
+        reserve(size)
         chunk = rfile.read(size)
         if len(chunk) < size:
             raise RequestError(400, grpc.StatusCode.INVALID_ARGUMENT, "chunked body ended early")
@@ -270,17 +348,23 @@ def decompress(body: bytes, encoding: str, limit: int) -> bytes:
         raise RequestError(415, grpc.StatusCode.INVALID_ARGUMENT,
                            f"Content-Encoding {encoding!r} is not supported; send gzip, deflate or no encoding")
     out = bytearray()
-    data = body
+    pos, view, members = 0, memoryview(body), 0
     try:
-        while data:  # one pass per gzip member
+        while pos < len(body):  # one pass per gzip member
+            members += 1
+            if members > 64:  # exporters send one; thousands of empty members only burn CPU
+                raise RequestError(400, grpc.StatusCode.INVALID_ARGUMENT, f"{encoding} body of more than 64 members")
             stream = zlib.decompressobj(wbits)
-            out += stream.decompress(data, limit + 1 - len(out))
-            if len(out) > limit:
-                raise RequestError(413, grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                   f"body is larger than {_mb(limit)} once decompressed")
-            if not stream.eof:
-                raise RequestError(400, grpc.StatusCode.INVALID_ARGUMENT, f"{encoding} body is truncated")
-            data = stream.unused_data
+            while not stream.eof:  # fed 8 KB at a time: the rest of the body is never copied per member
+                if pos >= len(body):
+                    raise RequestError(400, grpc.StatusCode.INVALID_ARGUMENT, f"{encoding} body is truncated")
+                piece = view[pos:pos + 8192]
+                pos += len(piece)
+                out += stream.decompress(piece, limit + 1 - len(out))
+                if len(out) > limit:
+                    raise RequestError(413, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                       f"body is larger than {_mb(limit)} once decompressed")
+            pos -= len(stream.unused_data)
     except zlib.error as exc:
         raise RequestError(400, grpc.StatusCode.INVALID_ARGUMENT, f"body is not valid {encoding}: {exc}") from None
     return bytes(out)

@@ -3,17 +3,27 @@
 Converts queued SDK objects to records, joins log events to their spans, normalizes, content-
 addresses payloads and writes one set of Parquet segments per flush. Every failure is counted
 and reported once; nothing propagates.
+
+When the store refuses a write (disk full, read-only, permission denied, directory deleted or
+unmounted), the batch is dropped and counted (`lost_spans`, `store_error`), one warning per
+reason names the store and why, and every later flush tries again: capture resumes by itself
+once the store is writable (a store directory that existed is never recreated, so an unmounted
+volume does not fill the disk under it). Bytes of taken items stay held in the queue's byte
+count until their batch is written or dropped, so the cap bounds everything capture holds.
 """
 
 from __future__ import annotations
 
 import collections
+import errno
 import json
 import logging
 import os
 import socket
+import stat
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +31,11 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_replay.capture.queue import SpanQueue  # noqa: I001
 from otel_replay.normalize.content_settings import content_setting_hint
-from otel_replay.normalize.pipeline import join_logs, normalize_span
+from otel_replay.normalize.pipeline import NormalizedSpan, join_logs, normalize_span
 from otel_replay.normalize.records import LogEvent, SpanRecord
+from otel_replay.normalize.redact import DEFAULT_PRIVACY
 from otel_replay.normalize.sources.sdk import log_from_sdk, span_from_sdk
+from otel_replay.store.location import StoreLocation
 from otel_replay.store.rows import RowBatch, RowBuilder
 from otel_replay.store.writer import write_batch, write_stats
 
@@ -42,30 +54,72 @@ PAUSE_S = 0.0001
 YIELDING_S = 0.001
 
 
+_REASONS = {
+    errno.ENOSPC: "disk full",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EFBIG: "file size limit exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.ENOENT: "store directory missing",
+    errno.ENOTDIR: "not a directory",
+    errno.EEXIST: "not a directory",
+    errno.EIO: "I/O error",
+}
+
+
+def store_failure_reason(exc: BaseException) -> str:
+    """A short, stable name for why a store write failed (one warning per reason)."""
+    code = getattr(exc, "errno", None)
+    return _REASONS.get(code, f"{type(exc).__name__} (errno {code})" if code else type(exc).__name__)
+
+
 class WarnOnce:
-    """Log each distinct message once per process."""
+    """Log each distinct message (or key) once per process."""
 
     def __init__(self) -> None:
         self._said: set[str] = set()
 
-    def __call__(self, message: str) -> None:
-        if message not in self._said:
-            self._said.add(message)
+    def __call__(self, message: str, key: str | None = None) -> None:
+        key = message if key is None else key
+        if key not in self._said:
+            self._said.add(key)
             logger.warning(message)
+
+
+class FlushRequest:
+    """One `force_flush`: done when the writer wrote what was queued before it; ok unless a write failed."""
+
+    __slots__ = ("done", "failures_before", "ok")
+
+    def __init__(self, failures_before: int) -> None:
+        self.done = threading.Event()
+        self.failures_before = failures_before
+        self.ok = False
+
+    def wait(self, timeout_s: float) -> bool:
+        return self.done.wait(timeout_s) and self.ok
+
+
+def _local_dir(root: object) -> Path | None:
+    """The local directory of a store root (a Path, or a location with `.local`), else None."""
+    return root if isinstance(root, Path) else getattr(root, "local", None)
 
 
 class CaptureWriter:
     """Owns the queue's consumer side and the store's writer for this process."""
 
-    def __init__(self, root: Path, queue: SpanQueue, *, flush_interval_s: float, flush_rows: int,
-                 markers: frozenset[str]) -> None:
+    def __init__(self, root: StoreLocation, queue: SpanQueue, *, flush_interval_s: float, flush_rows: int,
+                 markers: frozenset[str],
+                 privacy: Callable[[NormalizedSpan], NormalizedSpan] | None = DEFAULT_PRIVACY) -> None:
         self.root = root
+        self._privacy = privacy  # redaction and payload switches, applied here: never on the service's thread
         self.queue = queue
         self.flush_interval_s = flush_interval_s
         self.flush_rows = flush_rows
         self._markers = markers
         self.wake = threading.Event()
-        self._flush_waiters: list[threading.Event] = []
+        self._flush_waiters: list[FlushRequest] = []
         self._waiters_lock = threading.Lock()
         self._stop = False
         self._builder = RowBuilder(source="capture")
@@ -80,18 +134,26 @@ class CaptureWriter:
         self._stats_written: tuple[int, int, int] = (0, 0, 0)
         self._slice_wall = self._slice_cpu = 0.0
         self._yielding = False
+        # Store failures: the service never sees them; spans are dropped, counted, and the reason said once.
+        # write early: held bytes leave room in the queue, and Arrow needs ~4x a batch to write it
+        self.flush_bytes = max(queue.max_bytes // 8, 1)
+        self._held = 0  # bytes of items taken since the last write (released when it is done)
+        self.lost_spans = 0
+        self.write_failures = 0
+        self.store_error: str | None = None
+        self._root_seen = False  # once the store directory exists, it is never recreated
         self.thread = threading.Thread(target=self._run, name="otel-replay-writer", daemon=True)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
         self.thread.start()
 
-    def request_flush(self) -> threading.Event:
-        done = threading.Event()
+    def request_flush(self) -> FlushRequest:
+        request = FlushRequest(self.write_failures)
         with self._waiters_lock:
-            self._flush_waiters.append(done)
+            self._flush_waiters.append(request)
         self.wake.set()
-        return done
+        return request
 
     def stop(self) -> None:
         self._stop = True
@@ -99,6 +161,11 @@ class CaptureWriter:
 
     # -- the loop ------------------------------------------------------------------------------
     def _run(self) -> None:
+        try:  # on this thread: a stat of a hung mount must not hold the service's thread
+            local = _local_dir(self.root)
+            self._root_seen = local is not None and local.is_dir()
+        except OSError:
+            pass
         while True:
             self.wake.wait(self.flush_interval_s)
             self.wake.clear()
@@ -108,10 +175,12 @@ class CaptureWriter:
             try:
                 self._drain(force=bool(waiters) or stopping)
             except Exception as exc:  # noqa: BLE001 - the writer must survive anything
+                self.write_failures += 1  # what a waiting force_flush asked for may not be written
                 self._count(f"writer error: {type(exc).__name__}")
                 self._warn(f"otel-replay capture writer error (capture continues): {exc!r}")
-            for done in waiters:
-                done.set()
+            for request in waiters:
+                request.ok = self.write_failures == request.failures_before
+                request.done.set()
             if stopping:
                 return
 
@@ -133,14 +202,22 @@ class CaptureWriter:
 
     def _drain(self, force: bool) -> None:
         self._new_slice()
+        # One round covers what was queued when it began, so under a sustained flood it still ends
+        # and a waiting force_flush is answered; the next round starts at once if more is waiting.
+        remaining = len(self.queue)
         while True:
-            items = self.queue.take(2000)
+            taken = self.queue.take(min(2000, remaining), max(self.flush_bytes - self._held, 1))
+            remaining -= len(taken)
+            items = [item for item, _ in taken]
             if items:
+                self._held += sum(size for _, size in taken)
                 self._process(items)
             due = time.monotonic() - self._last_write >= self.flush_interval_s
-            if len(self._batch) >= self.flush_rows or (not items and (force or due)):
+            if len(self._batch) >= self.flush_rows or self._held >= self.flush_bytes or (not items and (force or due)):
                 self._write()
             if not items:
+                if len(self.queue):
+                    self.wake.set()
                 return
 
     def _process(self, items: list[Any]) -> None:
@@ -186,6 +263,12 @@ class CaptureWriter:
         now_ns = time.time_ns()
         for item in normalized:
             self._pace()
+            if self._privacy is not None:
+                known = len(item.problems)
+                item = self._privacy(item)
+                for problem in item.problems[known:]:  # a rule failed: the span was stored without content
+                    self._count(problem.split(":")[0])
+                    self._warn(f"otel-replay: span {item.span.span_id}: {problem}", key=problem.split(":")[0])
             self._builder.add(self._batch, item, now_ns)
         self.accepted += len(normalized)
 
@@ -207,24 +290,68 @@ class CaptureWriter:
             self._count("log event without its span")
 
     def _write(self) -> None:
+        """Write the batch; if the store refuses it, drop it, count it and say why once."""
         self._last_write = time.monotonic()
         batch, self._batch = self._batch, RowBatch()
+        held, self._held = self._held, 0
         try:
+            if len(batch) or self._stats_changed():
+                self._check_root()
             if len(batch):
                 write_batch(self.root, batch)
                 self.written_spans += len(batch)
             self._write_stats()
-        except OSError as exc:
-            self._count("store not writable")
-            self.skipped["spans lost: store not writable"] += len(batch)
-            self._warn(f"otel-replay cannot write to the store at {self.root} ({exc}); spans are dropped and counted")
+        except Exception as exc:  # noqa: BLE001 - disk full, read-only, deleted, denied, or anything else
+            self._store_failed(exc, len(batch))
+        else:
+            self._store_ok()
+        finally:
+            self.queue.release(held)  # the batch is on disk or given up: its bytes are free
+
+    def _check_root(self) -> None:
+        """A local store directory that existed and is gone (deleted, unmounted) is not recreated."""
+        local = _local_dir(self.root)
+        if local is None:
+            return
+        if not self._root_seen:
+            self._root_seen = True  # the first write creates it
+            return
+        try:
+            mode = os.stat(local).st_mode  # PermissionError says itself
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, "the store directory no longer exists (deleted or unmounted?); "
+                                    "recreate it to resume capture", str(local)) from None
+        if not stat.S_ISDIR(mode):
+            raise NotADirectoryError(errno.ENOTDIR, "the store path is not a directory", str(local))
+
+    def _store_failed(self, exc: Exception, spans: int) -> None:
+        reason = store_failure_reason(exc)
+        self.write_failures += 1
+        self.lost_spans += spans
+        self.store_error = f"{reason}: {exc}"
+        self._count("store not writable")
+        self.skipped["spans lost: store not writable"] += spans
+        # Payloads of the lost batch were marked as stored: forget them, or later steps would point at nothing.
+        self._builder = RowBuilder(source=self._builder.source)
+        self._warn(f"otel-replay cannot write to the store at {self.root}: {reason} ({exc}). Captured spans are "
+                   f"dropped and counted until the store is writable again; the service is not affected.",
+                   key=f"store failure: {reason}")
+
+    def _store_ok(self) -> None:
+        if self.store_error is not None:
+            self.store_error = None
+            self._warn(f"otel-replay: the store at {self.root} is writable again; capture resumed "
+                       f"({self.lost_spans} spans were dropped while it was not)", key="store resumed")
+
+    def _stats_changed(self) -> bool:
+        current = (self.accepted, self.queue.dropped, sum(self.skipped.values()))
+        return current[1:] != self._stats_written[1:] or (self._stop and current != self._stats_written)
 
     def _write_stats(self) -> None:
         """Record the counters when drops or skips changed, and when the writer stops."""
-        current = (self.accepted, self.queue.dropped, sum(self.skipped.values()))
-        changed = current[1:] != self._stats_written[1:] or (self._stop and current != self._stats_written)
-        if not changed:
+        if not self._stats_changed():
             return
+        current = (self.accepted, self.queue.dropped, sum(self.skipped.values()))
         write_stats(self.root, {
             "pid": os.getpid(),
             "host": socket.gethostname(),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from otel_replay._version import __version__
@@ -13,12 +11,12 @@ from otel_replay.trajectory import Store
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--store", "store_path", type=click.Path(file_okay=False, path_type=Path), envvar=STORE_ENV,
-              default="otel-replay-store", show_default=True, show_envvar=True,
-              help="Store directory (what ReplayProcessor writes to).")
+@click.option("--store", "store_path", envvar=STORE_ENV, default="otel-replay-store", show_default=True,
+              show_envvar=True, help="Store directory or URL (s3://bucket/prefix, gs://..., file:///...): "
+              "what ReplayProcessor writes to.")
 @click.version_option(__version__, prog_name="otel-replay")
 @click.pass_context
-def main(ctx: click.Context, store_path: Path) -> None:
+def main(ctx: click.Context, store_path: str) -> None:
     """Find which step made an agent run fail, from its OpenTelemetry trace.
 
     Example: otel-replay traces --failed --since 1h

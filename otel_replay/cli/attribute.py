@@ -17,6 +17,7 @@ from otel_replay.attribution import (
     JobParams,
     VerifierError,
 )
+from otel_replay.attribution.executors import ENGINES, EngineError, make_executor
 from otel_replay.attribution.job import load_params, select_traces
 from otel_replay.cli.output import StoreCommand, console, output_options, print_rows
 from otel_replay.cli.replaying import load_policies
@@ -46,10 +47,24 @@ def run_job(store: Store, job: Job) -> list[AttributionResult]:
         task = bar.add_task("attributing", total=None, calls=0, leading="—")
         job.on_progress = lambda p: bar.update(task, completed=p.rollouts, calls=p.policy_calls,
                                                leading=p.leading or "—", description=f"trace {p.trace[:8]}")
+        click.echo(f"job {job.job_id} (if interrupted, continue it with --resume {job.job_id})", err=True)
         try:
-            return job.run()
+            results = job.run()
         except (AttributionError, VerifierError) as exc:
             raise click.ClickException(str(exc)) from exc
+    if job.errored:
+        click.echo(f"warning: {job.errored} rollouts errored (a policy raised or timed out) and were left out of the "
+                   "estimates; see: otel-replay sql \"select reason from rollouts where errored\"", err=True)
+    return results
+
+
+def choose_executor(job: Job, engine: str, address: str | None, worker_cpus: float) -> Any:
+    """`--engine`: None for the local thread pool; Ray workers rebuild the job's policies from --policies."""
+    try:
+        return make_executor(engine, address, job.params.policies, job.params.verifier, job.registry,
+                             job.params.concurrency, worker_cpus)
+    except EngineError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 def console_err() -> Any:
@@ -105,7 +120,15 @@ def write_outputs(store: Store, reports: list[dict[str, Any]], json_path: Path |
 @click.option("--repair", is_flag=True, help="Search a validated repair for the culprit.")
 @click.option("--credit", is_flag=True, help="Attribute a passing run: which step secured the success.")
 @click.option("--concurrency", default=4, show_default=True, type=click.IntRange(min=1))
+@click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
+              help="Where rollouts run: threads here, or Ray workers (pip install 'otel-replay[ray]').")
+@click.option("--address", help="--engine ray: the cluster (auto, ray://HOST:10001); default: a new local instance.")
+@click.option("--worker-cpus", default=0.25, show_default=True, type=click.FloatRange(0, min_open=True),
+              help="--engine ray: CPUs each of the --concurrency workers reserves (rollouts mostly wait on models).")
 @click.option("--max-policy-calls", type=click.IntRange(min=1), help="Hard budget; the result is marked partial when hit.")
+@click.option("--policy-timeout", "policy_timeout_s", default=60.0, show_default=True, type=click.FloatRange(0),
+              metavar="SECONDS", help="Cut off a policy call after this long; its rollout is errored, and a hung "
+                                      "sync policy's thread is abandoned, not killed (0: no limit).")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the JSON report.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the HTML report.")
@@ -119,7 +142,7 @@ def attribute(store: Store, trace_ids: tuple[str, ...], where: str | None, resum
               verifier: str | None, expect_contains: str | None, expect_regex: str | None,
               expect_json_schema: Path | None, json_path: Path | None, html_path: Path | None, export_to: str | None,
               otlp_endpoint: str | None, otlp_protocol: str | None, otlp_headers: tuple[str, ...],
-              service_name: str, **options: Any) -> None:
+              service_name: str, engine: str, address: str | None, worker_cpus: float, **options: Any) -> None:
     """Find the step that made a run fail: counterfactual rollouts, intervals, a repair.
 
     Example: otel-replay attribute --trace-id 4bf92f --policies myproj.policies --verifier myproj:ok --repair
@@ -136,7 +159,9 @@ def attribute(store: Store, trace_ids: tuple[str, ...], where: str | None, resum
         if not ids:
             raise click.ClickException(f"no trace matches --where {where!r}")
         load_policies(policies_spec)
+        options["policy_timeout_s"] = options["policy_timeout_s"] or None  # 0: no limit
         job = Job(store, JobParams(ids, spec, policies=policies_spec, **options), policies.registry.copy())
+    job.executor = choose_executor(job, engine, address, worker_cpus)
     results = run_job(store, job)
     reports = [r.report() for r in results]
     for report in reports:

@@ -4,13 +4,28 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from typing import Any
 
 import click
 
 from otel_replay.cli.output import dumps
 
-# name -> (module, run function, table function, one-line help)
-BENCHMARKS = {
+
+def _sizes(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
+    """`1e5,1e6` or `100000,1000000` -> (100000, 1000000)."""
+    if not value:
+        return None
+    try:
+        sizes = tuple(int(float(v)) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give sizes like 1e5,1e6") from None
+    if not sizes or min(sizes) < 10:
+        raise click.BadParameter(f"{value!r}: give sizes of at least 10 spans, like 1e5,1e6")
+    return sizes
+
+
+# name -> (module, run function, table function, one-line help[, extra options passed to the run function])
+BENCHMARKS: dict[str, tuple[Any, ...]] = {
     "capture": ("capture", "run_capture_bench", "format_capture_table",
                 "Capture hot path and writer versus BatchSpanProcessor with a no-op exporter."),
     "import": ("imports", "run_import_bench", "format_import_table",
@@ -25,6 +40,12 @@ BENCHMARKS = {
                 "Who&When: frozen-log baselines per subset, exact match (and the upstream substring rule)."),
     "attribution": ("attribution", "run_attribution_bench", "format_attribution_table",
                     "Policy calls and time to a correct verdict beside agent_replay; statistics share; concurrency."),
+    "scale": ("scale", "run_scale_bench", "format_scale_table",
+              "Rollouts/s with 200 ms policies, local and on Ray; store query time and bytes per span by size.",
+              [click.option("--sizes", callback=_sizes, help="Store sizes in spans, comma-separated "
+                            "(default 1e5,1e6,1e7; with --quick 1e4,1e5).")]),
+    "reliability": ("reliability", "run_reliability_bench", "format_reliability_table",
+                    "Overload, store failures, kill -9 crashes, damaged segments: what capture and the store survive."),
 }
 
 
@@ -33,17 +54,19 @@ def bench() -> None:
     """Benchmarks (ratios against a baseline measured in the same run)."""
 
 
-def _command(name: str, module: str, run: str, table: str, summary: str) -> click.Command:
+def _command(name: str, module: str, run: str, table: str, summary: str, options: Any = ()) -> click.Command:
     @click.command(name=name, help=summary)
     @click.option("--quick", is_flag=True, help="Small sizes, seconds instead of minutes (numbers are noisier).")
     @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write results here.")
-    def command(quick: bool, json_path: Path | None) -> None:
+    def command(quick: bool, json_path: Path | None, **extra: Any) -> None:
         bench_module = importlib.import_module(f"otel_replay.bench.{module}")
-        result = getattr(bench_module, run)(quick=quick)
+        result = getattr(bench_module, run)(quick=quick, **extra)
         click.echo(getattr(bench_module, table)(result))
         if json_path:
             json_path.write_text(dumps(result, indent=2))
 
+    for option in options:
+        option(command)
     return command
 
 

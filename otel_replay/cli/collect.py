@@ -2,63 +2,91 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 
 import click
 
-from otel_replay.capture.receiver import DEFAULT_MAX_BODY_MB, TOKEN_ENV, OtlpReceiver, ReceiverError
+from otel_replay.capture.processor import ReplayProcessor
+from otel_replay.capture.receiver import (
+    DEFAULT_MAX_BODY_MB,
+    TOKEN_ENV,
+    OtlpReceiver,
+    ReceiverError,
+    is_loopback,
+)
+from otel_replay.capture.receiver_limits import DEFAULT_RATE
 from otel_replay.cli.output import StoreCommand
+from otel_replay.cli.privacy import privacy_from, privacy_options
 from otel_replay.trajectory import Store
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+STOP_TIMEOUT_S = 300.0  # at SIGTERM, how long the writer gets to store what was acknowledged
 
 
-def wait_for_stop_signal() -> None:
-    """Block until Ctrl-C or SIGTERM."""
+@contextlib.contextmanager
+def stop_signal() -> Iterator[threading.Event]:
+    """An Event set by Ctrl-C or SIGTERM, caught from the moment this is entered (so a signal
+    that arrives while the servers start still stops them cleanly)."""
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while not stop.wait(0.5):
-            pass
+        yield stop
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
 @click.command(cls=StoreCommand)
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every interface).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on (0.0.0.0: every interface; then set --token).")
 @click.option("--http-port", type=click.IntRange(0, 65535), default=4318, show_default=True, help="OTLP/HTTP port (0: any free port).")
 @click.option("--grpc-port", type=click.IntRange(0, 65535), default=4317, show_default=True, help="OTLP/gRPC port (0: any free port).")
 @click.option("--token", envvar=TOKEN_ENV, show_envvar=True, help="Accept only requests with 'Authorization: Bearer TOKEN'.")
 @click.option("--max-body-mb", type=click.FloatRange(0, 2047, min_open=True), default=DEFAULT_MAX_BODY_MB,
               show_default=True, help="Largest request body, compressed or decompressed.")
+@click.option("--max-requests-per-s", type=click.FloatRange(0), default=DEFAULT_RATE, show_default=True,
+              help="Requests per second from one client address; more get 429 and a retry delay (0: no limit).")
+@privacy_options
 @click.pass_obj
-def collect(store: Store, host: str, http_port: int, grpc_port: int, token: str | None, max_body_mb: float) -> None:
+def collect(store: Store, host: str, http_port: int, grpc_port: int, token: str | None, max_body_mb: float,
+            max_requests_per_s: float, redact_rules: Path | None, no_redact: bool, payloads: str) -> None:
     """Receive OTLP traces and logs (HTTP and gRPC) from any service into the store.
 
     Example: otel-replay collect --token s3cret
     """
+    redact, capture_payloads = privacy_from(redact_rules, no_redact, payloads)  # secrets redacted before storage
     receiver = OtlpReceiver(store.root, host=host, http_port=http_port, grpc_port=grpc_port, token=token,
-                            max_body_mb=max_body_mb)
-    try:
-        receiver.start()
-    except ReceiverError as exc:
-        raise click.ClickException(str(exc)) from exc
-    click.echo(f"OTLP/HTTP  {receiver.http_endpoint}  (/v1/traces, /v1/logs)")
-    click.echo(f"OTLP/gRPC  {receiver.grpc_endpoint}")
-    click.echo(f"store      {store.root.resolve()}")
-    if host not in LOOPBACK and not token:
-        click.echo(f"warning: listening on {host} without a token; anyone who can reach it can write to the store "
-                   f"(set --token or {TOKEN_ENV})", err=True)
-    wait_for_stop_signal()
-    click.echo("stopping: writing what was accepted ...")
-    receiver.stop()
+                            max_body_mb=max_body_mb, max_requests_per_s=max_requests_per_s or None,
+                            processor=ReplayProcessor(store.root, redact=redact, capture_payloads=capture_payloads))
+    with stop_signal() as stop:
+        try:
+            receiver.start()
+        except ReceiverError as exc:
+            raise click.ClickException(str(exc)) from exc
+        click.echo(f"OTLP/HTTP  {receiver.http_endpoint}  (/v1/traces, /v1/logs)")
+        click.echo(f"OTLP/gRPC  {receiver.grpc_endpoint}")
+        click.echo(f"store      {store.root.display()}")
+        if not token and not is_loopback(host):
+            click.echo(f"warning: listening on {host} without a token; anyone who can reach it can write to the "
+                       f"store (set --token or {TOKEN_ENV})", err=True)
+        while not stop.wait(0.5):
+            pass
+        click.echo("stopping: writing what was accepted ...")
+        receiver.stop(STOP_TIMEOUT_S)
     c = receiver.counts
     click.echo(f"spans: {c['accepted_traces']} accepted, {c['refused_traces']} refused (queue full), "
                f"{c['malformed_traces']} malformed")
     click.echo(f"log records: {c['accepted_logs']} accepted, {c['refused_logs']} refused (queue full), "
                f"{c['malformed_logs']} malformed")
+    if receiver.throttled:
+        click.echo(f"requests over a client's rate (429): {receiver.throttled}")
+    unwritten = receiver.processor.stats["queued"] if receiver.processor else 0
+    if unwritten:
+        click.echo(f"warning: {unwritten} accepted records were not written within {STOP_TIMEOUT_S:g} s and are lost",
+                   err=True)
 
 
 COMMANDS = [collect]

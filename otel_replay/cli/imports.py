@@ -8,16 +8,21 @@ from pathlib import Path
 import click
 
 from otel_replay.cli.output import StoreCommand
+from otel_replay.cli.privacy import privacy_from, privacy_options
+from otel_replay.normalize.redact import Privacy
 from otel_replay.normalize.sources.files import SourceBatch, UnreadableFile, read
-from otel_replay.store.ingest import ingest
+from otel_replay.store.ingest import IngestResult, ingest
 from otel_replay.trajectory import Store
 
 FORMATS = ("otlp", "langsmith", "langfuse", "jaeger", "whowhen", "auto")
 
 
-def _summary(batches: list[SourceBatch], stored: int, already: int, steps: int, traces: int,
-             problems: list[str], unmatched: int) -> None:
-    click.echo(f"imported {traces} traces: {stored} spans stored ({steps} steps), {already} already in the store")
+def _summary(batches: list[SourceBatch], result: IngestResult) -> None:
+    stored, already, steps, problems, unmatched = (result.spans, result.already_stored, result.steps,
+                                                   result.problems, result.unmatched_logs)
+    click.echo(f"imported {result.traces} traces: {stored} spans stored ({steps} steps), {already} already in the store")
+    if result.redacted_steps:
+        click.echo(f"redacted before storage: content of {result.redacted_steps} steps (`otel-replay show` marks them)")
     skipped = [(loc, why) for b in batches for loc, why in b.skipped]
     if skipped:
         click.echo(f"skipped {len(skipped)} records:")
@@ -33,8 +38,11 @@ def _summary(batches: list[SourceBatch], stored: int, already: int, steps: int, 
 def make_import(fmt: str) -> click.Command:
     @click.command(name=fmt, cls=StoreCommand)
     @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+    @privacy_options
     @click.pass_obj
-    def command(store: Store, paths: tuple[Path, ...]) -> None:
+    def command(store: Store, paths: tuple[Path, ...], redact_rules: Path | None, no_redact: bool,
+                payloads: str) -> None:
+        privacy = Privacy(*privacy_from(redact_rules, no_redact, payloads))
         batches = []
         for path in paths:
             try:
@@ -44,10 +52,9 @@ def make_import(fmt: str) -> click.Command:
         spans = [s for b in batches for s in b.spans]
         logs = [g for b in batches for g in b.logs]
         source = "import:" + ",".join(sorted({b.format for b in batches}))
-        store.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-        result = ingest(store.root, spans, logs, source=source, skip_existing=True)
-        _summary(batches, result.spans, result.already_stored, result.steps, result.traces, result.problems,
-                 result.unmatched_logs)
+        store.root.ensure()
+        result = ingest(store.root, spans, logs, source=source, skip_existing=True, privacy=privacy)
+        _summary(batches, result)
 
     command.help = {
         "otlp": "OTLP/JSON or protobuf ExportTraceServiceRequest / ExportLogsServiceRequest files (one request per file or per line).",
@@ -56,7 +63,8 @@ def make_import(fmt: str) -> click.Command:
         "jaeger": "Jaeger query API / UI download JSON.",
         "whowhen": "Who&When failure logs: a directory (searched recursively) or single .json files.",
         "auto": "Any of the above; the format is read from each file's content.",
-    }[fmt] + "\n\nImporting the same file twice stores nothing twice."
+    }[fmt] + ("\n\nImporting the same file twice stores nothing twice. Secrets (API keys, bearer tokens, emails, "
+              "card numbers) are redacted before storage unless --no-redact.")
     return command
 
 

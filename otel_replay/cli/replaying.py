@@ -11,6 +11,7 @@ from rich.table import Table
 from otel_replay.cli.output import StoreCommand, console
 from otel_replay.cli.preview import shorten
 from otel_replay.replay import policies
+from otel_replay.replay.caveats import redaction_caveats
 from otel_replay.replay.diff import diff_trajectories
 from otel_replay.replay.engine import replay as run_replay
 from otel_replay.replay.fork import store_fork
@@ -43,7 +44,8 @@ def replay(store: Store, trace_id: str, policies_spec: str | None) -> None:
     Exits 1 naming the first step whose inputs or output differ. Example: otel-replay replay 4bf92f
     """
     load_policies(policies_spec)
-    check = verify_factual(store.trajectory(trace_id))
+    trajectory = store.trajectory(trace_id)
+    check = verify_factual(trajectory)
     table = Table(title=f"factual replay of {check.trace_id}", header_style="bold")
     for name in ("#", "kind", "name", "served from", "recorded output", "replayed output", "inputs", "ok"):
         table.add_column(name)
@@ -52,6 +54,8 @@ def replay(store: Store, trace_id: str, policies_spec: str | None) -> None:
                       "same" if s.inputs_match else "DIFFER", "✓" if s.ok else "✗")
     console().print(table)
     click.echo(f"final output: recorded {check.final_recorded[:12]} replayed {check.final_replayed[:12]}")
+    for caveat in redaction_caveats(trajectory, check.run):
+        click.echo(f"caveat: {caveat}")
     if check.run.unreplayable:
         raise click.ClickException(f"not replayable: {check.run.unreplayable}")
     bad = check.first_mismatch
@@ -110,6 +114,8 @@ def fork(store: Store, trace_id: str, step: int, do_value: Any, observe_value: A
     click.echo(f"child trace {child} (parent {parent.trace_id}, fork at step {step}, plan {run.plan}, seed {seed})")
     click.echo(f"diverged at step {run.diverged_at}" if run.diverged_at is not None else "no step changed")
     click.echo(f"policy calls: {run.policy_calls}")
+    for caveat in redaction_caveats(parent, run):
+        click.echo(f"caveat: {caveat}")
     click.echo(f"final output: {run.final_output}")
 
 

@@ -74,8 +74,12 @@ def show(store: Store, trace_id: str, as_json: bool) -> None:
     for step in trajectory.steps:
         agent = agents.get(step.agent_span_id or "")
         out.add_row(str(step.index), step.kind, step.name, step.model or "", step.agent or (agent.name if agent else ""),
-                    step.span_id, cell(step.duration_ms), step.status, step_preview(step))
+                    step.span_id, cell(step.duration_ms), step.status + (" · redacted" if step.redacted else ""),
+                    step_preview(step))
     console().print(out)
+    redacted = [f"step {s.index}: {', '.join(s.redacted)}" for s in trajectory.steps if s.redacted]
+    if redacted:
+        click.echo("redacted before storage (a policy that re-runs these steps sees placeholders): " + "; ".join(redacted))
     click.echo(f"final output: {shorten(trajectory.final_output, 200) or '(none)'}")
 
 

@@ -4,7 +4,12 @@ One `otel_replay.attribution` span under the trace's root span (same trace id), 
 numbers as attributes, an `otel_replay.step_blame` event per step and a link to each scored
 step's span; under each scored step's own span a child `otel_replay.blame <step name>` span; the
 repair as an event on the culprit's blame span. Spans carry the current time (Tempo indexes by
-ingestion time); the span tree ties them to the steps. Payloads only with `payloads=True`.
+ingestion time); the span tree ties them to the steps.
+
+Payloads only with `payloads=True`: by default no exported span, event or link carries recorded
+or replayed content. The report's explanation quotes outputs (the final answer, the culprit's
+output, the repair), so without payloads the exported explanation is rebuilt from the report's
+numbers and step names only; the repair's output travels only with payloads.
 """
 
 from __future__ import annotations
@@ -40,9 +45,33 @@ def _step(step: dict[str, Any]) -> dict[str, Any]:
             "otel_replay.step.span_id": step["span_id"]}
 
 
+def explanation_text(report: dict[str, Any], payloads: bool = False) -> str:
+    """The report's explanation as one attribute value; without payloads, nothing a run said or did."""
+    explanation = report["explanation"]
+    if not payloads:
+        culprit, repair = report["culprit"], report.get("repair")
+        outcome = "succeeded" if report.get("credit") else "failed"
+        explanation = {
+            "what": f"The run {outcome} (verifier score {report['recorded_score']:.2f}).",
+            "where": (f"Step {culprit['index']} ({culprit['kind']} {culprit['name']}"
+                      f"{', agent ' + culprit['agent'] if culprit.get('agent') else ''})." if culprit
+                      else explanation.get("where", "")),
+            "why": explanation.get("why", ""),
+            "fix": (f"A repair of step {repair['step_index']} (its output is a payload: export with payloads to "
+                    f"include it) fails {100 * repair['fail_rate']:.0f}% of {repair['rollouts']} rollouts, drift "
+                    f"{repair['drift']:.2f}." if repair and repair.get("valid") else explanation.get("fix", "")),
+            "causal_trace": explanation.get("causal_trace", ""),
+        }
+    return "\n".join(f"{k.upper()} {v}" for k, v in explanation.items() if v)
+
+
 def blame_spans(report: dict[str, Any], root_span_id: str, service_name: str = DEFAULT_SERVICE,
                 payloads: bool = False) -> list[ReadableSpan]:
-    """The blame spans for one attribution report, built by the OpenTelemetry SDK."""
+    """The blame spans for one attribution report, built by the OpenTelemetry SDK.
+
+    :param payloads: include content (the repaired output, the outputs the explanation quotes);
+        False, the default, exports numbers, verdicts, step names and span links only.
+    """
     memory = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
     provider.add_span_processor(SimpleSpanProcessor(memory))
@@ -56,7 +85,7 @@ def blame_spans(report: dict[str, Any], root_span_id: str, service_name: str = D
         "otel_replay.attribution.policy_calls": report["policy_calls"],
         "otel_replay.attribution.recorded_failure_rate": round(1 - report["recorded_score"], 6),
         "otel_replay.attribution.threshold": report["threshold"],
-        "otel_replay.attribution.explanation": "\n".join(f"{k.upper()} {v}" for k, v in report["explanation"].items() if v),
+        "otel_replay.attribution.explanation": explanation_text(report, payloads),
     }
     if culprit:
         attributes |= {"otel_replay.attribution.culprit.span_id": culprit["span_id"],

@@ -25,13 +25,31 @@ def canonical_bytes(value: Any) -> bytes:
     """The bytes that are stored and hashed for a JSON value: compact, keys sorted, UTF-8.
 
     orjson does this ~18x faster than `json`; values it refuses (lone surrogates, integers
-    beyond 64 bits, non-string keys) go through `json` with invalid UTF-8 replaced.
+    beyond 64 bits, non-string keys) go through `json` with invalid UTF-8 replaced. A value
+    nested past `MAX_DEPTH` levels (only hostile input is) is stored cut at that depth.
     """
     try:
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     except (TypeError, orjson.JSONEncodeError):
-        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+        try:
+            text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+        except RecursionError:  # payload JSON parses up to 1024 levels; json cannot write that many back
+            text = json.dumps(_cut(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
         return text.encode("utf-8", "replace")
+
+
+MAX_DEPTH = 128
+
+
+def _cut(value: Any, depth: int = 0) -> Any:
+    """`value` with whatever lies deeper than `MAX_DEPTH` levels replaced by a marker string."""
+    if depth >= MAX_DEPTH and isinstance(value, (dict, list, tuple)):
+        return "<nested too deeply>"
+    if isinstance(value, dict):
+        return {str(k): _cut(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_cut(v, depth + 1) for v in value]
+    return value
 
 
 def content_hash(data: bytes) -> str:
@@ -103,6 +121,8 @@ def canonical_message(message: Any) -> Message:
 
 _MEMO: dict[bytes, Message] = {}
 _MEMO_MAX = 50_000
+_MEMO_MAX_BYTES = 16 * 1024 * 1024  # raw bytes memoized (the canonical copies are about as big again)
+_memo_bytes = 0
 
 
 def canonical_messages(messages: Any) -> list[Message]:
@@ -112,6 +132,7 @@ def canonical_messages(messages: Any) -> list[Message]:
     canonicalized once: the result is memoized by the raw message's bytes, and the same (treat
     as immutable) dict is returned for every repeat, which also lets the store address it once.
     """
+    global _memo_bytes
     if messages is None:
         return []
     if isinstance(messages, dict):
@@ -128,9 +149,11 @@ def canonical_messages(messages: Any) -> list[Message]:
         canonical = _MEMO.get(key)
         if canonical is None:
             canonical = canonical_message(message)
-            if len(_MEMO) >= _MEMO_MAX:
-                _MEMO.clear()
-            _MEMO[key] = canonical
+            if len(_MEMO) >= _MEMO_MAX or _memo_bytes + len(key) > _MEMO_MAX_BYTES:  # bounded by bytes too:
+                _MEMO.clear()  # capture's memory must stay near its queue's byte cap with large payloads
+                _memo_bytes = 0
+            _MEMO[bytes(memoryview(key))] = canonical  # a tight copy: orjson's output can hold 16x its length
+            _memo_bytes += len(key)
         out.append(canonical)
     return out
 

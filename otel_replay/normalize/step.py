@@ -71,6 +71,7 @@ class NormalizedStep:
     finish_reasons: list[str] = field(default_factory=list)
     content: StepContent = field(default_factory=StepContent)
     service_name: str | None = None
+    redacted: list[str] = field(default_factory=list)  # "<part>:<rule>" per redaction (normalize/redact.py)
 
     @property
     def has_payload(self) -> bool:

@@ -9,6 +9,10 @@ and a tool call's arguments into the tool step. A step whose inputs changed is r
 policy even when held. The GenAI message protocol is the agent loop, so the engine also goes
 past the recording: a new tool call runs that tool's policy; an output without tool calls ends
 the run; tool calls after the recording's end keep the loop going up to `max_steps`.
+
+Policies are user code, so every call is guarded: one that raises, returns something that is not
+an output, or runs past `policy_timeout_s` ends the rollout as errored (neither a pass nor a
+fail); see `guard` for how a hanging call is cut off.
 """
 
 from __future__ import annotations
@@ -18,12 +22,15 @@ import inspect
 import json
 import random
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from otel_replay.normalize.messages import canonical_messages, message_text
 from otel_replay.replay import policies as policy_registry
+from otel_replay.replay.delegation import answer_text, delegated_answers, rederived_result
+from otel_replay.replay.guard import CallRefused, PolicyTimeout, run_coroutine, supervise
 from otel_replay.replay.plan import Action, Intervention, ReplayPlan
 from otel_replay.replay.run import (
     Message,
@@ -36,6 +43,8 @@ from otel_replay.replay.run import (
 from otel_replay.trajectory import Step, Trajectory
 
 DEFAULT_MAX_STEPS = 64
+DEFAULT_POLICY_TIMEOUT_S = 60.0
+"""Per-call policy timeout of attribution jobs (`--policy-timeout`); `replay()` has none unless asked."""
 _REMOVED = object()
 _NOTHING = object()
 _EMPTY_HASH = outputs_hash([])
@@ -102,19 +111,6 @@ def llm_output(value: Any, where: str, index: int | None = None) -> tuple[Messag
 
 
 _NEVER_AWAITABLE = frozenset({str, dict, list, tuple, int, float, bool, type(None)})
-
-
-def _run_policy(fn: Any, *args: Any) -> Any:
-    result = fn(*args)
-    if type(result) in _NEVER_AWAITABLE:  # the usual case, without isawaitable's ABC checks
-        return result
-    if inspect.isawaitable(result):  # an async policy, run on this thread's own loop
-        loop = asyncio.new_event_loop()
-        try:
-            return loop.run_until_complete(result)
-        finally:
-            loop.close()
-    return result
 
 
 def _seed_now(rng: random.Random) -> None:
@@ -215,7 +211,7 @@ class _Prepared:
     """
 
     __slots__ = ("steps", "cassette", "source_of", "request_keys", "known_hashes", "known_keys", "bound",
-                 "response_ids", "recorded_calls", "llm_steps", "plans")
+                 "response_ids", "recorded_calls", "llm_steps", "plans", "delegated")
 
     def __init__(self, trajectory: Trajectory) -> None:
         self.steps = trajectory.steps
@@ -246,6 +242,7 @@ class _Prepared:
             if source is not None:
                 self.bound.setdefault(source, []).append(step)
         self.llm_steps = [s for s in trajectory.steps if s.kind == "llm"]
+        self.delegated = delegated_answers(trajectory)  # a sub-agent's answer step -> the tool step it answers
 
     def plan(self, plan: ReplayPlan) -> tuple[dict[int | None, Intervention], str]:
         """`plan.action(i)` for every step, and `plan.key()`, once per plan (a plan is frozen; the
@@ -294,7 +291,9 @@ class Replayer:
     """One rollout. Use `replay()`; this class holds the rollout's state."""
 
     def __init__(self, trajectory: Trajectory, plan: ReplayPlan, seed: int,
-                 registry: policy_registry.Registry, max_steps: int) -> None:
+                 registry: policy_registry.Registry, max_steps: int, policy_timeout_s: float | None = None) -> None:
+        if policy_timeout_s is not None and not policy_timeout_s > 0:
+            raise ValueError(f"policy_timeout_s must be a positive number of seconds or None, got {policy_timeout_s!r}")
         self.traj = trajectory
         self.plan = plan
         self.seed = seed
@@ -310,6 +309,13 @@ class Replayer:
         self.diverged_at: int | None = None
         self.ended = False
         self.truncated = False
+        self.policy_timeout_s = policy_timeout_s
+        self.tokens: int | None = None  # what policies reported with `report_tokens`
+        self.call_started: float | None = None  # monotonic start of the policy call in progress
+        self._calling: Step | None = None
+        self._abandoned = False
+        self._finished = False
+        self._state_lock = threading.Lock()  # the watcher's abandon() against the walk's end
         self.prep = _prepared(trajectory)
         self.actions, self.plan_key = self.prep.plan(plan)
         self.source_of = self.prep.source_of  # read-only, shared by every rollout of the trajectory
@@ -396,10 +402,52 @@ class Replayer:
         self.outcomes.append(StepOutcome(index, kind or (step.kind if step else "llm"), name or (step.name if step else ""),
                                          source, tuple(inputs), tuple(outputs), changed, output_hash))
 
+    # -- guarded policy calls -----------------------------------------------------------------------
+    def _invoke(self, step: Step, fn: Any, *args: Any) -> Any:
+        """Call a policy; the watcher (`guard.supervise`) reads `call_started` to time it."""
+        if self._abandoned:  # given up on by the watcher: no further calls, no further budget
+            raise self._stop(step, "policy-timeout", "abandoned after an earlier policy call timed out")
+        self._calling, self.call_started = step, time.monotonic()
+        try:
+            result = fn(*args)
+            if type(result) not in _NEVER_AWAITABLE and inspect.isawaitable(result):
+                result = run_coroutine(result, self.policy_timeout_s)  # an async policy, on its own loop
+        finally:
+            self.call_started = None
+        if self._abandoned:
+            raise self._stop(step, "policy-timeout", "abandoned after the policy call timed out")
+        return result
+
+    def _policy_failed(self, step: Step, what: str, exc: Exception) -> _Stop:
+        if isinstance(exc, CallRefused):
+            return self._stop(step, "refused", str(exc))
+        if isinstance(exc, PolicyTimeout):
+            return self._stop(step, "policy-timeout", f"the {what} policy {exc}")
+        return self._stop(step, "policy-error", f"the {what} policy raised {type(exc).__name__}: {exc}")
+
+    def abandon(self) -> ReplayRun | None:
+        """Give up on this rollout (called by the watcher when a policy call outlasts the timeout):
+        the errored run as it stands, or None if the walk finished meanwhile."""
+        with self._state_lock:
+            if self._finished:
+                return None
+            self._abandoned = True
+        step = self._calling
+        why = self._stop(step, "policy-timeout", f"the {step.kind if step else 'llm'} policy did not return within "
+                                                 f"{self.policy_timeout_s:g} s (abandoned; its thread runs on until "
+                                                 "the policy returns)").why
+        return ReplayRun(self.traj.trace_id, self.plan_key, self.seed, tuple(self.outcomes), "",
+                         self.policy_calls, self.diverged_at, why, self.truncated, self.tokens)
+
     # -- the walk ---------------------------------------------------------------------------------
     def run(self) -> ReplayRun:
+        """The rollout; with a policy timeout it walks on a watched worker thread (`guard`)."""
+        if self.policy_timeout_s is None:
+            return self.walk()
+        return supervise(self, self.policy_timeout_s)
+
+    def walk(self) -> ReplayRun:
         unreplayable = None
-        self.tokens: int | None = None
         _current.replayer = self
         try:
             for step in self.traj.steps:
@@ -417,6 +465,8 @@ class Replayer:
             unreplayable = stop.why
         finally:
             _current.replayer = None
+            with self._state_lock:
+                self._finished = True
         return ReplayRun(self.traj.trace_id, self.plan_key, self.seed, tuple(self.outcomes), self._final_output(),
                          self.policy_calls, self.diverged_at, unreplayable, self.truncated, self.tokens)
 
@@ -456,6 +506,8 @@ class Replayer:
         self._record(step, source, live, outputs, changed, output_hash=live_hash)
         if not changed:
             return
+        if step.index in self.prep.delegated:
+            self._redeliver(self.prep.delegated[step.index], step, outputs)
         extra = self._run_new_calls(step, outputs)
         replacement = list(outputs) + extra
         for i, digest in enumerate(step.output_hashes):
@@ -466,12 +518,12 @@ class Replayer:
     def _call_llm(self, fn: Any, step: Step, inputs: LLMInputs, position: int | str) -> tuple[Message, ...]:
         self.policy_calls += 1
         try:
-            value = _run_policy(fn, step, inputs, self._rng(position))
+            value = self._invoke(step, fn, step, inputs, self._rng(position))
             return llm_output(value, "the llm policy for step", step.index)
         except _Stop:
             raise
         except Exception as exc:  # noqa: BLE001 - a policy failure marks the rollout, it does not crash it
-            raise self._stop(step, "policy-error", f"the llm policy raised {type(exc).__name__}: {exc}") from exc
+            raise self._policy_failed(step, "llm", exc) from exc
 
     def _bound_tool_steps(self, llm_index: int) -> list[Step]:
         return self.prep.bound.get(llm_index, [])
@@ -505,9 +557,11 @@ class Replayer:
     def _call_tool(self, fn: Any, step: Step, arguments: Any, position: int | str) -> Any:
         self.policy_calls += 1
         try:
-            result = _run_policy(fn, arguments, self._rng(position))
-        except Exception as exc:  # noqa: BLE001
-            raise self._stop(step, "policy-error", f"the tool policy raised {type(exc).__name__}: {exc}") from exc
+            result = self._invoke(step, fn, arguments, self._rng(position))
+        except _Stop:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a policy failure marks the rollout, it does not crash it
+            raise self._policy_failed(step, "tool", exc) from exc
         try:
             if not isinstance(result, str):  # a string always is one
                 json.dumps(result)
@@ -578,6 +632,26 @@ class Replayer:
             if recorded_id is not None:
                 self.results[recorded_id] = (call.get("id"), message["parts"][0]["response"])
 
+    def _redeliver(self, tool: Step, answer: Step, outputs: Sequence[Message]) -> None:
+        """A sub-agent's answer changed: the tool step it ran under now returns the new answer."""
+        at = next((n for n in range(len(self.outcomes) - 1, -1, -1) if self.outcomes[n].index == tool.index), None)
+        if at is None or not self.outcomes[at].outputs:
+            return  # the parent no longer makes that call (or it was removed): nothing to deliver to
+        before = self.outcomes[at]
+        part = before.outputs[0]["parts"][0]
+        result = rederived_result(part.get("response"), answer_text(answer.outputs), answer_text(outputs))
+        if result is None:
+            raise self._stop(tool, "sub-agent", f"the result of tool step {tool.index} does not contain the "
+                                                f"answer of its sub-agent (step {answer.index}) verbatim, so it "
+                                                "cannot carry a new answer")
+        message = _tool_message(part.get("id"), result)
+        self.outcomes[at] = StepOutcome(before.index, before.kind, before.name, "sub-agent", before.inputs,
+                                        (message,), True, outputs_hash([message]))
+        for digest in tool.output_hashes:
+            self.subst[digest] = [message]
+        if tool.tool_call_id is not None:
+            self.results[tool.tool_call_id] = (part.get("id"), result)
+
     def _drop_tool_output(self, step: Step) -> None:
         for digest in step.output_hashes:
             self.subst[digest] = []
@@ -614,14 +688,21 @@ class Replayer:
 
 
 def replay(trajectory: Trajectory, plan: ReplayPlan | None = None, seed: int = 0, *,
-           policies: policy_registry.Registry | None = None, max_steps: int = DEFAULT_MAX_STEPS) -> ReplayRun:
-    """One rollout of `trajectory` under `plan` (default: factual), deterministic in `seed`."""
+           policies: policy_registry.Registry | None = None, max_steps: int = DEFAULT_MAX_STEPS,
+           policy_timeout_s: float | None = None) -> ReplayRun:
+    """One rollout of `trajectory` under `plan` (default: factual), deterministic in `seed`.
+
+    :param policy_timeout_s: cut off a policy call after this many seconds (the rollout is then
+        errored, cause `policy-timeout`); None runs policies on this thread without a limit. A
+        timed-out sync policy's thread cannot be killed: it is abandoned (see `guard`).
+    """
     registry = policies if policies is not None else policy_registry.registry
-    return Replayer(trajectory, plan or ReplayPlan.factual(), seed, registry, max_steps).run()
+    return Replayer(trajectory, plan or ReplayPlan.factual(), seed, registry, max_steps, policy_timeout_s).run()
 
 
 async def replay_async(trajectory: Trajectory, plan: ReplayPlan | None = None, seed: int = 0, *,
-                       policies: policy_registry.Registry | None = None, max_steps: int = DEFAULT_MAX_STEPS
-                       ) -> ReplayRun:
+                       policies: policy_registry.Registry | None = None, max_steps: int = DEFAULT_MAX_STEPS,
+                       policy_timeout_s: float | None = None) -> ReplayRun:
     """`replay` on a worker thread, so neither sync nor async policies block the caller's event loop."""
-    return await asyncio.to_thread(replay, trajectory, plan, seed, policies=policies, max_steps=max_steps)
+    return await asyncio.to_thread(replay, trajectory, plan, seed, policies=policies, max_steps=max_steps,
+                                   policy_timeout_s=policy_timeout_s)

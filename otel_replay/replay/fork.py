@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import xxhash
 
 from otel_replay.normalize.records import SpanRecord
 from otel_replay.replay.run import ReplayRun
 from otel_replay.store.ingest import ingest
+from otel_replay.store.location import StoreLike
 from otel_replay.trajectory import Trajectory
 
 
@@ -84,7 +84,7 @@ def fork_spans(parent: Trajectory, run: ReplayRun, fork_step: int | None) -> lis
     return spans
 
 
-def store_fork(root: Path, parent: Trajectory, run: ReplayRun, fork_step: int | None) -> str:
+def store_fork(root: StoreLike, parent: Trajectory, run: ReplayRun, fork_step: int | None) -> str:
     """Write the rollout as a child trace; returns its trace id."""
     spans = fork_spans(parent, run, fork_step)
     ingest(root, spans, source="fork")

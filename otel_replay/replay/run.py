@@ -21,22 +21,30 @@ class StepOutcome:
     index: int | None
     kind: str
     name: str
-    source: str  # recording, policy, forced, observed, removed, skipped
+    source: str  # recording, policy, forced, observed, removed, skipped, sub-agent (a tool carrying a new answer)
     inputs: tuple[Message, ...]
     outputs: tuple[Message, ...]
     changed: bool  # the output differs from the recording (always true past the recording)
     output_hash: str
 
 
+ERROR_CAUSES = frozenset({"policy-error", "policy-timeout"})
+"""Causes that make a rollout errored (a policy failed at run time) rather than unreplayable."""
+
+
 @dataclass(frozen=True, slots=True)
 class Unreplayable:
-    """Why a rollout could not be completed; it counts as neither a pass nor a fail."""
+    """Why a rollout could not be completed; it counts as neither a pass nor a fail.
+
+    The cause tells a rollout that cannot be replayed (no policy, content not captured) from one
+    whose policy failed when called (`ERROR_CAUSES`: raised, broke its contract, timed out).
+    """
 
     index: int | None
     kind: str
     name: str
     reason: str
-    cause: str  # missing-policy, observation-only, policy-error
+    cause: str  # missing-policy, observation-only, policy-error, policy-timeout, refused (a spent budget)
 
     def __str__(self) -> str:
         where = f"step {self.index}" if self.index is not None else "a step past the recording"
@@ -59,6 +67,11 @@ class ReplayRun:
     @property
     def ok(self) -> bool:
         return self.unreplayable is None
+
+    @property
+    def errored(self) -> bool:
+        """A policy raised, broke its contract or timed out (the rollout has no outcome)."""
+        return self.unreplayable is not None and self.unreplayable.cause in ERROR_CAUSES
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -55,6 +55,7 @@ CREATE TABLE step_rows (
     request_params    VARCHAR,           -- JSON object: temperature, max_tokens, seed, ...
     finish_reasons    VARCHAR[],
     has_payload       BOOLEAN NOT NULL,  -- false: observation-only (content was not captured)
+    redacted          VARCHAR[],         -- '<part>:<rule>' per redaction, e.g. input:email (NULL in rows of older versions)
     convention        VARCHAR NOT NULL,  -- the adapter that produced the row
     service_name      VARCHAR,
     source            VARCHAR NOT NULL,
@@ -104,9 +105,10 @@ CREATE TABLE rollout_rows (
     role              VARCHAR NOT NULL,  -- held, resampled, factual, repair, shapley
     rollout           BIGINT NOT NULL,   -- index within (job, trace, plan)
     seed              BIGINT NOT NULL,
-    score             DOUBLE,            -- verifier score in [0, 1]; NULL when unreplayable
-    failed            BOOLEAN,           -- score below the threshold; NULL when unreplayable
-    unreplayable      BOOLEAN NOT NULL,
+    score             DOUBLE,            -- verifier score in [0, 1]; NULL when unreplayable or errored
+    failed            BOOLEAN,           -- score below the threshold; NULL when not scored (excluded from estimates)
+    unreplayable      BOOLEAN NOT NULL,  -- cannot be replayed: no policy, or content not captured
+    errored           BOOLEAN,           -- a policy raised, broke its contract or timed out (NULL in rows of older versions)
     reason            VARCHAR,
     policy_calls      BIGINT NOT NULL,
     tokens            BIGINT,            -- tokens the policies reported (NULL: none reported)

@@ -2,5 +2,6 @@
 
 from otel_replay.store.catalog import Catalog, StoreError, UnknownTrace
 from otel_replay.store.layout import default_root
+from otel_replay.store.location import StoreLocation
 
-__all__ = ["Catalog", "StoreError", "UnknownTrace", "default_root"]
+__all__ = ["Catalog", "StoreError", "StoreLocation", "UnknownTrace", "default_root"]

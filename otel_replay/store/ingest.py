@@ -2,18 +2,24 @@
 
 Idempotent when asked: spans already in the store (same trace and span id) are not stored again,
 so importing a file twice, or two overlapping exports, stores each span once.
+
+Redaction and the payload switches are passed in as `privacy`, a callable applied to each
+normalized span before its rows are built (the store knows no detector or convention); the
+default is `normalize.redact.DEFAULT_PRIVACY`, the built-in detectors. `privacy=None` stores
+content as it came.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from otel_replay.normalize.pipeline import normalize_spans
+from otel_replay.normalize.pipeline import NormalizedSpan, normalize_spans
 from otel_replay.normalize.records import LogEvent, SpanRecord
-from otel_replay.store import queries
+from otel_replay.normalize.redact import DEFAULT_PRIVACY
 from otel_replay.store.catalog import Catalog
+from otel_replay.store.location import StoreLike, StoreLocation
 from otel_replay.store.rows import RowBatch, RowBuilder
 from otel_replay.store.writer import write_batch
 
@@ -26,22 +32,20 @@ class IngestResult:
     already_stored: int = 0
     problems: list[str] = field(default_factory=list)
     unmatched_logs: int = 0
-    segments: list[Path] = field(default_factory=list)
+    redacted_steps: int = 0  # steps whose content had something redacted before storage
+    segments: list[Path | str] = field(default_factory=list)
 
 
-def existing_span_ids(root: Path, trace_ids: Sequence[str]) -> set[tuple[str, str]]:
-    if not root.is_dir() or not trace_ids:
+def existing_span_ids(root: StoreLike, trace_ids: Sequence[str]) -> set[tuple[str, str]]:
+    if not trace_ids or not StoreLocation.of(root).exists():
         return set()
-    con = Catalog(root).connect()
-    try:
-        return set(con.execute(queries.query("existing_span_ids"), [list(trace_ids)]).fetchall())
-    finally:
-        con.close()
+    return set(Catalog(root).named("existing_span_ids", [list(trace_ids)]))
 
 
-def ingest(root: Path, spans: Sequence[SpanRecord], logs: Iterable[LogEvent] = (), *, source: str,
-           skip_existing: bool = False) -> IngestResult:
-    """Normalize and store spans (with their log events) as one atomic set of segments per table."""
+def ingest(root: StoreLike, spans: Sequence[SpanRecord], logs: Iterable[LogEvent] = (), *, source: str,
+           skip_existing: bool = False,
+           privacy: Callable[[NormalizedSpan], NormalizedSpan] | None = DEFAULT_PRIVACY) -> IngestResult:
+    """Normalize, redact and store spans (with their log events) as one atomic set of segments per table."""
     spans = list({(s.trace_id, s.span_id): s for s in spans}.values())  # a span twice in the input: the last copy
     result = IngestResult(traces=len({s.trace_id for s in spans}))
     if skip_existing:
@@ -50,10 +54,13 @@ def ingest(root: Path, spans: Sequence[SpanRecord], logs: Iterable[LogEvent] = (
         result.already_stored = len(spans) - len(fresh)
         spans = fresh
     normalized, unmatched = normalize_spans(spans, logs)
+    if privacy is not None:
+        normalized = [privacy(n) for n in normalized]
     batch = RowBatch()
     RowBuilder(source=source).add_all(batch, normalized)
     result.spans = len(normalized)
     result.steps = sum(1 for n in normalized if n.step is not None)
+    result.redacted_steps = sum(1 for n in normalized if n.step is not None and n.step.redacted)
     result.problems = [f"span {n.span.span_id}: {p}" for n in normalized for p in n.problems]
     result.unmatched_logs = len(unmatched)
     if normalized:

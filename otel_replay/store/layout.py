@@ -1,10 +1,15 @@
-"""Where things live in a store directory, and how a segment gets there atomically.
+"""Where things live in a store, and how a segment gets there atomically.
 
-<root>/<table>/day=YYYY-MM-DD/<time>-<host>-<pid>-<seq>.parquet  (hive-partitioned by day)
+<root>/<table>/day=YYYY-MM-DD/<time>-<host>-<pid>-<tag>-<seq>.parquet  (hive-partitioned by day)
 
-A segment is written under a temporary name that the read glob does not match, fsynced, then
-renamed into place, so a reader never sees a partial file and a crash leaves at most a
-`*.parquet.tmp` that `cleanup_temp` removes.
+The root is a local directory or a URL (`otel_replay.store.location`). Locally a segment is
+written under a temporary name that the read glob does not match, fsynced, then renamed into
+place, so a reader never sees a partial file and a crash leaves at most a `*.parquet.tmp` that
+`cleanup_temp` removes. On object storage it is one PUT of the whole object under its final name.
+
+Many processes on many hosts write into one store without coordinating: a segment's name holds
+the writer's clock, host, pid, a random tag drawn once per process (two containers may share a
+hostname and a pid, and a PUT silently replaces an object of the same name) and a sequence number.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import os
+import secrets
 import socket
 import time
 from pathlib import Path
@@ -19,16 +25,27 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-DEFAULT_STORE = "otel-replay-store"
-STORE_ENV = "OTEL_REPLAY_STORE"
-DIR_MODE = 0o700
-FILE_MODE = 0o600
+from otel_replay.store.location import (
+    DEFAULT_STORE,
+    DIR_MODE,
+    FILE_MODE,
+    STORE_ENV,
+    StoreLike,
+    StoreLocation,
+    cleanup_local_temp,
+    default_location,
+)
+
+__all__ = ["DEFAULT_STORE", "DIR_MODE", "FILE_MODE", "STORE_ENV", "StoreLike", "StoreLocation", "cleanup_temp",
+           "day_of", "default_root", "segment_name", "write_segment"]
+
 _seq = itertools.count()
+_tag: tuple[int, str] = (-1, "")
 
 
-def default_root() -> Path:
+def default_root() -> StoreLocation:
     """`$OTEL_REPLAY_STORE`, else `./otel-replay-store`."""
-    return Path(os.environ.get(STORE_ENV) or DEFAULT_STORE)
+    return default_location()
 
 
 _NS_PER_DAY = 86_400 * 10**9
@@ -50,25 +67,21 @@ def day_of(time_ns: int | None) -> str:
     return text
 
 
-def table_glob(root: Path, table: str) -> str:
-    return str(root / table / "*" / "*.parquet")
-
-
-def has_segments(root: Path, table: str) -> bool:
-    return any((root / table).glob("*/*.parquet"))
+def _process_tag() -> str:
+    global _tag
+    pid = os.getpid()
+    if _tag[0] != pid:  # a forked child draws its own
+        _tag = (pid, secrets.token_hex(3))
+    return _tag[1]
 
 
 def segment_name() -> str:
     host = socket.gethostname().replace("-", "_")[:32] or "host"
-    return f"{time.time_ns()}-{host}-{os.getpid()}-{next(_seq)}.parquet"
-
-
-def ensure_dir(path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    return f"{time.time_ns()}-{host}-{os.getpid()}-{_process_tag()}-{next(_seq)}.parquet"
 
 
 def write_segment(
-    root: Path,
+    root: StoreLike,
     table: str,
     day: str,
     data: pa.Table,
@@ -76,37 +89,18 @@ def write_segment(
     row_group_size: int = 8192,
     sorting_columns: list[pq.SortingColumn] | None = None,
     name: str | None = None,
-) -> Path:
-    """Write `data` as one zstd Parquet segment: temp name, fsync, rename. Returns the path."""
-    directory = root / table / f"day={day}"
-    ensure_dir(directory)
-    final = directory / (name or segment_name())
-    temp = directory / f".{final.stem}.parquet.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            pq.write_table(
-                data, handle, compression="zstd", row_group_size=row_group_size,
-                sorting_columns=sorting_columns, write_statistics=True,
-            )
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, final)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    return final
+) -> Path | str:
+    """Write `data` as one zstd Parquet segment, atomically. Returns the local path or the URL."""
+
+    def produce(handle) -> None:  # noqa: ANN001 (a binary file object)
+        pq.write_table(data, handle, compression="zstd", row_group_size=row_group_size,
+                       sorting_columns=sorting_columns, write_statistics=True,
+                       write_page_checksum=True)  # lets `otel-replay doctor` catch flipped bits
+
+    return StoreLocation.of(root).write(f"{table}/day={day}/{name or segment_name()}", produce)
 
 
-def cleanup_temp(root: Path, older_than_s: float = 3600.0) -> int:
-    """Remove temp files a crashed writer left behind; returns how many."""
-    removed = 0
-    cutoff = time.time() - older_than_s
-    for path in root.glob("*/*/.*.parquet.tmp"):
-        try:
-            if path.stat().st_mtime < cutoff:
-                path.unlink()
-                removed += 1
-        except OSError:
-            continue
-    return removed
+def cleanup_temp(root: StoreLike, older_than_s: float = 3600.0) -> int:
+    """Remove temp files a crashed local writer left behind; returns how many (remote: none exist)."""
+    location = StoreLocation.of(root)
+    return cleanup_local_temp(location.local, older_than_s) if location.local is not None else 0

@@ -59,12 +59,15 @@ class RowBatch:
 class RowBuilder:
     """Turns normalized spans into rows, storing each distinct payload once per builder."""
 
-    def __init__(self, source: str, max_known_hashes: int = 500_000) -> None:
+    def __init__(self, source: str, max_known_hashes: int = 500_000, max_identity_bytes: int = 16 * 1024 * 1024) -> None:
         self.source = source
         self._known: set[str] = set()
         self._max_known = max_known_hashes
         self._resource_cache: tuple[Any, str] | None = None
         self._by_identity: dict[int, tuple[Any, str]] = {}
+        # the identity cache keeps payloads alive: bounded by their bytes, so memory stays bounded
+        self._max_identity_bytes = max_identity_bytes
+        self._identity_bytes = 0
 
     def _resource_json(self, resource: Any) -> str:
         """Spans of one process share one resource: serialize it once."""
@@ -91,9 +94,11 @@ class RowBuilder:
                 self._known.clear()
             self._known.add(digest)
             batch.messages.append({"hash": digest, "kind": kind, "role": role, "body": data.decode("utf-8")})
-        if len(self._by_identity) >= self._max_known:
+        if len(self._by_identity) >= self._max_known or self._identity_bytes + len(data) > self._max_identity_bytes:
             self._by_identity.clear()
+            self._identity_bytes = 0
         self._by_identity[id(value)] = (value, digest)
+        self._identity_bytes += len(data)
         return digest
 
     def add(self, batch: RowBatch, item: NormalizedSpan, ingested_ns: int | None = None) -> None:
@@ -155,6 +160,7 @@ class RowBuilder:
                 "request_params": _json(step.request_params) if step.request_params else None,
                 "finish_reasons": list(step.finish_reasons),
                 "has_payload": step.has_payload,
+                "redacted": step.redacted,
                 "convention": step.convention,
                 "service_name": step.service_name,
                 "source": self.source,

@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from otel_replay.store.layout import day_of, write_segment
+from otel_replay.store.location import StoreLike, StoreLocation
 from otel_replay.store.rows import RowBatch, valid_text
 from otel_replay.store.schema import schema_of
 
@@ -32,9 +33,10 @@ def to_arrow(rows: list[dict[str, Any]], table: str) -> pa.Table:
     return pa.concat_tables(chunks) if chunks else schema.empty_table()
 
 
-def write_batch(root: Path, batch: RowBatch) -> list[Path]:
-    """Write every table of the batch; returns the segment paths in write order."""
-    written: list[Path] = []
+def write_batch(root: StoreLike, batch: RowBatch) -> list[Path | str]:
+    """Write every table of the batch; returns the segment paths (or URLs) in write order."""
+    root = StoreLocation.of(root)
+    written: list[Path | str] = []
     if batch.messages:
         written.append(write_segment(root, "message_rows", day_of(None), to_arrow(batch.messages, "message_rows")))
     for day, rows in sorted(batch.spans.items()):
@@ -44,12 +46,12 @@ def write_batch(root: Path, batch: RowBatch) -> list[Path]:
     return written
 
 
-def write_stats(root: Path, stats: dict[str, Any]) -> Path:
+def write_stats(root: StoreLike, stats: dict[str, Any]) -> Path | str:
     row = {"written_ns": time.time_ns(), **stats}
     return write_segment(root, "capture_stats", day_of(None), to_arrow([row], "capture_stats"))
 
 
-def write_rows(root: Path, table: str, rows: list[dict[str, Any]]) -> Path | None:
+def write_rows(root: StoreLike, table: str, rows: list[dict[str, Any]]) -> Path | str | None:
     """Append rows to one of the job tables as one segment (today's partition)."""
     if not rows:
         return None

@@ -34,6 +34,7 @@ class Topology:
     corrupt: frozenset[int] = frozenset()  # turns whose tool reports "bad" whatever it was asked (when recorded)
     turns: int = TURNS
     effect: float | None = None  # the culprit's true contrastive effect, by construction
+    handoff: frozenset[int] = frozenset()  # turns whose tool call hands the decision to a sub-agent
 
 
 def _bad(turn: int) -> Callable[[list[str]], bool]:
@@ -54,17 +55,33 @@ TOPOLOGIES = {t.name: t for t in (
     Topology("echo", {1: "bad"}, _bad(3), culprit=2, echo={3: 1}, effect=0.9),
     Topology("non-resamplable", {3: "bad"}, _bad(3), culprit=6, tools={2: "audit"}, effect=0.9),
     Topology("long-loop", {13: "bad"}, _bad(13), culprit=26, turns=15, effect=0.9),
+    # turn 2's tool `delegate` runs a sub-agent whose one llm step (index 6, after the tool step 5 that
+    # contains it) answers the choice; the parent consumes that answer as the tool's result
+    Topology("multi-agent-handoff", {2: "bad"}, _bad(2), culprit=6, handoff=frozenset({2}),
+             tools={2: "delegate"}, effect=0.9),
     Topology("control", {}, lambda c: False, culprit=None, chance=True),
 )}
 
 
+SUB_AGENT = "researcher"
+SUB_AGENT_PROMPT = "You are the researcher. Decide the choice for turn "
+
+
 def pipeline_script(topology: Topology, recording: bool) -> Callable[[ChatRequest, random.Random], Reply]:
     def script(request: ChatRequest, rng: random.Random) -> Reply:
+        system = next((str(m.get("content")) for m in request.messages if m.get("role") == "system"), "")
+        if system.startswith(SUB_AGENT_PROMPT):  # the sub-agent answers the handed-off choice in text
+            turn = int(system[len(SUB_AGENT_PROMPT):].rstrip("."))
+            if recording:
+                return topology.forced.get(turn, "good")
+            return "bad" if rng.random() < P_BAD else "good"
         results = [json.loads(content) for _, content in request.tool_results()]
         turn = len(results)
         if turn < topology.turns:
             if turn in topology.echo:
                 choice = results[topology.echo[turn]]["choice"]
+            elif turn in topology.handoff:
+                return ToolCall(topology.tools.get(turn, "delegate"), {"turn": turn})
             elif recording:
                 choice = topology.forced.get(turn, "good")
             else:
@@ -81,15 +98,23 @@ def work(turn: int, choice: str) -> str:
 TOOL_FUNCTIONS = {"work": work, "audit": work, "search": work}
 
 
-def recorded_tools(topology: Topology) -> dict[str, Callable[..., str]]:
-    """The tools as they behaved in the recorded run (corrupting the planted turns)."""
+def recorded_tools(topology: Topology, client: Any = None, tracer: Any = None) -> dict[str, Callable[..., str]]:
+    """The tools as they behaved in the recorded run (corrupting the planted turns; `delegate` runs
+    the sub-agent, whose spans nest under the tool's span)."""
     def corrupting(turn: int, choice: str) -> str:
         return work(turn, "bad" if turn in topology.corrupt else choice)
-    return {name: corrupting for name in TOOL_FUNCTIONS}
+
+    def delegate(turn: int) -> str:
+        messages = [{"role": "system", "content": f"{SUB_AGENT_PROMPT}{turn}."},
+                    {"role": "user", "content": f"Turn {turn}: good or bad?"}]
+        answer, _ = run_tool_loop(client, tracer, SUB_AGENT, messages, [], {}, 1)
+        return work(turn, answer)
+
+    return {**{name: corrupting for name in TOOL_FUNCTIONS}, "delegate": delegate}
 TOOLS = [{"type": "function", "function": {"name": name, "description": "Carry out one step.",
                                            "parameters": {"type": "object", "properties": {
                                                "turn": {"type": "integer"}, "choice": {"type": "string"}}}}}
-         for name in TOOL_FUNCTIONS]
+         for name in (*TOOL_FUNCTIONS, "delegate")]
 
 
 def ok(final_output: str, rollout: Any = None) -> float:
@@ -107,8 +132,8 @@ def record_planted(store: Any, topology: Topology, model_seed: int = 0) -> str:
     model = SimulatedModel(pipeline_script(topology, recording=True), model_seed)
     with recording(store, f"planted-{topology.name}", model) as (client, tracer):
         messages = [{"role": "user", "content": f"Run the {topology.name} task."}]
-        _, trace_id = run_tool_loop(client, tracer, topology.name, messages, TOOLS, recorded_tools(topology),
-                                    topology.turns + 1)
+        _, trace_id = run_tool_loop(client, tracer, topology.name, messages, TOOLS,
+                                    recorded_tools(topology, client, tracer), topology.turns + 1)
     return trace_id
 
 

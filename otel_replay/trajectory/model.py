@@ -44,6 +44,7 @@ class Step:
     tool_call_id: str | None = None
     observation_only: bool = False
     convention: str = ""
+    redacted: tuple[str, ...] = ()  # "<part>:<rule>" for each redaction before storage (input:email, ...)
 
     @property
     def duration_ms(self) -> float | None:

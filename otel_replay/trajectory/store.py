@@ -63,6 +63,7 @@ def _step(row: Mapping[str, Any], bodies: Mapping[str, Any], agent: Mapping[str,
         tool_call_id=row["tool_call_id"],
         observation_only=bool(row["observation_only"]),
         convention=row["convention"],
+        redacted=tuple(row.get("redacted") or ()),
     )
 
 
@@ -71,9 +72,9 @@ class Store(Catalog):
 
     def trajectory(self, trace_id: str) -> Trajectory:
         """The ordered steps of one trace (an id or unique prefix), with payloads and dataflow."""
-        tid = self.resolve_trace_id(trace_id)
         con = self.connect()
         try:
+            tid = self.resolve_trace_id(trace_id, con)
             rows = con.sql(queries.query("trajectory_steps"), params=[tid]).to_arrow_table().to_pylist()
             trace = con.sql(queries.query("trajectory_trace"), params=[tid]).to_arrow_table().to_pylist()
             parents = dict(con.execute(queries.query("trace_span_parents"), [tid]).fetchall())

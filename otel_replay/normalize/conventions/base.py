@@ -48,9 +48,10 @@ def as_int(value: Any) -> int | None:
     if value is None or isinstance(value, bool):
         return None
     try:
-        return int(value)
-    except (TypeError, ValueError):
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):  # OverflowError: float('inf')
         return None
+    return number if -(2**63) <= number < 2**63 else None  # the store's BIGINT
 
 
 def as_str(value: Any) -> str | None:

@@ -1,11 +1,19 @@
 """Reading export files of every supported format into records, with errors that name the
-file and the line or record at fault. One reader per format; `sniff` picks one for `auto`."""
+file and the line or record at fault. One reader per format; `sniff` picks one for `auto`.
+
+`read` returns a `SourceBatch` or raises `UnreadableFile` (a `SourceError`, see errors.py) when
+nothing in the file can be read; each bad record is skipped and listed in `SourceBatch.skipped`.
+Limits: a .gz file inflates to at most `MAX_INFLATED_BYTES`; JSON nests at most ~1000 levels;
+reading peaks at about three times the file's (inflated) size in memory (the bytes, and
+orjson's transient second copy of each string it parses).
+"""
 
 from __future__ import annotations
 
-import gzip
 import json
-from collections.abc import Callable, Mapping
+import os
+import zlib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,18 +29,22 @@ from otel_replay.normalize.sources import (
     otlp_proto,
     whowhen,
 )
+from otel_replay.normalize.sources.errors import INPUT_ERRORS, SourceError, bad_record, shown
 from otel_replay.normalize.sources.flat_json import read_flat
 
-RECORD_ERRORS = (ValueError, TypeError, KeyError, AttributeError, RecursionError)
+MAX_INFLATED_BYTES = 1 << 30  # a .gz file that inflates past 1 GiB is refused (a gzip bomb, or import it unpacked)
+_GZIP = b"\x1f\x8b"
+_BOM = b"\xef\xbb\xbf"
+_CHUNK = 1 << 20  # gzip input fed per call, so what is left after a member is never copied whole
 
 
-class UnreadableFile(ValueError):
+class UnreadableFile(SourceError):
     """A file that cannot be read at all (missing, empty, truncated, wrong format)."""
 
 
 @dataclass(slots=True)
 class SourceBatch:
-    """What one file held: spans, log events, and the records skipped (location, reason)."""
+    """What one file held: spans, log events, and the records skipped (where, reason)."""
 
     path: Path
     format: str
@@ -40,118 +52,207 @@ class SourceBatch:
     logs: list[LogEvent] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
+    def skip(self, error: SourceError, *, file: Path | None = None, line: int | None = None,
+             record: str | None = None) -> None:
+        """Record a skipped record, located in this batch's file."""
+        located = error.located(file=str(file or self.path), line=line, within=record)
+        self.skipped.append((located.where, located.problem))
 
-def _text(path: Path) -> str:
+
+def _unreadable(path: Path, reason: str, line: int | None = None) -> UnreadableFile:
+    return UnreadableFile(reason, file=str(path), line=line)
+
+
+def content(path: Path) -> bytes:
+    """The file's bytes, gunzipped if they are gzip (at most `MAX_INFLATED_BYTES`)."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        raise UnreadableFile(f"{path}: no such file") from None
+        raise _unreadable(path, "no such file") from None
     except IsADirectoryError:
-        raise UnreadableFile(f"{path}: is a directory (this format reads files)") from None
+        raise _unreadable(path, "is a directory (this format reads files)") from None
     except OSError as exc:
-        raise UnreadableFile(f"{path}: cannot read ({exc.strerror})") from None
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise UnreadableFile(f"{path}: truncated or corrupt gzip ({exc})") from None
-    if not data.strip():
-        raise UnreadableFile(f"{path}: the file is empty")
+        raise _unreadable(path, f"cannot read ({exc.strerror})") from None
+    if data[:2] == _GZIP:
+        data = _gunzip(path, data)
+    if data[:3] == _BOM:
+        data = data[3:]
+    if not data or data.isspace():  # (strip() would copy the whole file)
+        raise _unreadable(path, "the file is empty")
+    return data
+
+
+def _gunzip(path: Path, data: bytes) -> bytes:
+    """Every gzip member, stopping as soon as the output passes the limit."""
+    out, pos, view = bytearray(), 0, memoryview(data)
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UnreadableFile(f"{path}: not UTF-8 text at byte {exc.start} (is it a protobuf .pb file?)") from None
+        while pos < len(data):
+            stream = zlib.decompressobj(31)
+            while not stream.eof:
+                if pos >= len(data):
+                    raise _unreadable(path, "truncated gzip")
+                piece = view[pos:pos + _CHUNK]
+                pos += len(piece)
+                out += stream.decompress(piece, MAX_INFLATED_BYTES + 1 - len(out))
+                if len(out) > MAX_INFLATED_BYTES:
+                    raise _unreadable(path, f"inflates past {MAX_INFLATED_BYTES >> 20} MB (a gzip bomb?); unpack it first")
+            pos -= len(stream.unused_data)
+            if data[pos:pos + 1] == b"\0" and data.count(b"\0", pos) == len(data) - pos:
+                break  # zero padding after the last member (tape-style writers)
+    except zlib.error as exc:
+        raise _unreadable(path, f"truncated or corrupt gzip ({exc})") from None
+    return bytes(out)
 
 
-def json_documents(path: Path) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
+def _is_binary(data: bytes) -> bool:
+    head = data[:64].lstrip()
+    return bool(head) and head[:1] not in (b"{", b"[")
+
+
+def _json_error(exc: Exception) -> str:
+    if isinstance(exc, RecursionError):
+        return "JSON nested too deeply"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"invalid or truncated JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+    return f"invalid JSON: {str(exc)[:120]}"
+
+
+def json_documents(path: Path, data: bytes | None = None) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
     """[(location, document)] from a JSON file or a JSON-lines file; bad lines are skipped."""
-    text = _text(path)
+    data = content(path) if data is None else data
     try:
-        return [(str(path), orjson.loads(text))], []
+        return [(str(path), orjson.loads(data))], []  # strict, fast, checks UTF-8 and nesting (1024)
     except orjson.JSONDecodeError:
-        pass  # orjson is strict (and fast); the json module below gives line/column and reads JSON lines
+        pass  # the json module below reads NaN, big ints, JSON lines, and says where it failed
     try:
-        return [(str(path), json.loads(text))], []
-    except RecursionError:
-        raise UnreadableFile(f"{path}: JSON nested too deeply") from None
-    except json.JSONDecodeError as exc:
-        if exc.msg != "Extra data":
-            lines = [ln for ln in text.splitlines() if ln.strip()]
-            if len(lines) <= 1:
-                raise UnreadableFile(f"{path}: invalid or truncated JSON at line {exc.lineno} column {exc.colno}: "
-                                     f"{exc.msg}") from None
-    docs, skipped = [], []
-    for number, line in enumerate(text.splitlines(), start=1):
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        text = None
+        if _is_binary(data):
+            raise _unreadable(path, f"not UTF-8 text at byte {exc.start} (is it a protobuf .pb file?)") from None
+        if data.count(b"\n") < 1:
+            raise _unreadable(path, f"not UTF-8 text at byte {exc.start}") from None
+    if text is not None:
+        try:
+            return [(str(path), json.loads(text))], []
+        except (ValueError, RecursionError) as exc:
+            extra = isinstance(exc, json.JSONDecodeError) and exc.msg == "Extra data"
+            if not extra and sum(1 for ln in text.splitlines() if ln.strip()) <= 1:
+                raise _unreadable(path, _json_error(exc)) from None
+    return _json_lines(path, data)
+
+
+def _json_lines(path: Path, data: bytes) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
+    docs: list[tuple[str, Any]] = []
+    skipped: list[tuple[str, str]] = []
+    for number, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
             continue
+        where = f"{path}:{number}"
         try:
-            docs.append((f"{path}:{number}", orjson.loads(line)))
+            docs.append((where, orjson.loads(line)))
             continue
         except orjson.JSONDecodeError:
             pass
         try:
-            docs.append((f"{path}:{number}", json.loads(line)))
-        except (json.JSONDecodeError, RecursionError) as exc:
-            skipped.append((f"{path}:{number}", f"invalid JSON: {getattr(exc, 'msg', 'nested too deeply')}"))
+            docs.append((where, json.loads(line.decode("utf-8"))))
+        except UnicodeDecodeError as exc:
+            skipped.append((where, f"not UTF-8 text at byte {exc.start}"))
+        except (ValueError, RecursionError) as exc:
+            skipped.append((where, _json_error(exc).replace(" at line 1 column", " at column")))
     if not docs:
-        raise UnreadableFile(f"{path}: no line is valid JSON (first error: {skipped[0][1]})")
+        first = skipped[0][1] if skipped else "no JSON"
+        raise _unreadable(path, f"no line is valid JSON (first error: {first})")
     return docs, skipped
+
+
+def _location(path: Path, where: str) -> dict[str, Any]:
+    """`path:12` -> file and line, for an error located in a JSON-lines document."""
+    prefix = f"{path}:"
+    if where.startswith(prefix) and where[len(prefix):].isdigit():
+        return {"file": path, "line": int(where[len(prefix):])}
+    return {"file": path}
+
+
+def _whole(path: Path, where: str, error: SourceError) -> UnreadableFile:
+    """A document-level error as the file's error (one document) -- the caller raises it."""
+    loc = _location(path, where)
+    located = error.located(file=str(loc["file"]), line=loc.get("line"))
+    return UnreadableFile(located.reason, field=located.field, file=located.file, line=located.line,
+                          record=located.record)
 
 
 def read_otlp(path: Path) -> SourceBatch:
     batch = SourceBatch(path, "otlp")
-    if path.suffix in (".pb", ".binpb", ".proto") or _looks_binary(path):
-        data = path.read_bytes()
-        if not data:
-            raise UnreadableFile(f"{path}: the file is empty")
-        try:
-            batch.spans = list(otlp_proto.spans_from_proto(otlp_proto.parse_traces(data)))
-        except RECORD_ERRORS as exc:
-            try:
-                batch.logs = list(otlp_proto.logs_from_proto(otlp_proto.parse_logs(data)))
-            except RECORD_ERRORS:
-                raise UnreadableFile(f"{path}: not an OTLP protobuf request ({exc})") from None
+    data = content(path)
+    if path.suffix in (".pb", ".binpb", ".proto") or _is_binary(data):
+        _read_otlp_proto(path, data, batch)
         return batch
-    docs, batch.skipped = json_documents(path)
-    for location, doc in docs:
+    docs, batch.skipped = json_documents(path, data)
+    del data
+    for where, doc in docs:
         errors: list[tuple[str, str]] = []
         try:
             if isinstance(doc, Mapping) and "resourceLogs" in doc:
-                batch.logs += list(otlp_json.logs_from_request(doc))
+                batch.logs += list(otlp_json.logs_from_request(doc, errors))
             else:
                 batch.spans += list(otlp_json.spans_from_request(doc, errors))
-        except RECORD_ERRORS as exc:
+        except SourceError as exc:
             if len(docs) == 1:
-                raise UnreadableFile(f"{location}: {exc}") from None
-            batch.skipped.append((location, str(exc)))
-        batch.skipped += [(f"{location} {where}", reason) for where, reason in errors]
+                raise _whole(path, where, exc) from None
+            batch.skip(exc, **_location(path, where))
+        batch.skipped += [(f"{where} {record}", reason) for record, reason in errors]
     return batch
 
 
-def _looks_binary(path: Path) -> bool:
-    try:
-        head = path.read_bytes()[:64]
-    except OSError:
-        return False
-    return bool(head) and head.lstrip()[:1] not in (b"{", b"[") and head[:2] != b"\x1f\x8b"
+def _read_otlp_proto(path: Path, data: bytes, batch: SourceBatch) -> None:
+    """A trace request, else a logs request; per-record errors are skipped, not fatal."""
+    attempts = ((otlp_proto.parse_traces, otlp_proto.spans_from_proto, batch.spans),
+                (otlp_proto.parse_logs, otlp_proto.logs_from_proto, batch.logs))
+    first_error = ""
+    for parse, decode, out in attempts:
+        errors: list[tuple[str, str]] = []
+        try:
+            records = list(decode(parse(data), errors))
+        except SourceError as exc:
+            first_error = first_error or exc.problem
+            continue
+        if records:
+            out += records
+            batch.skipped += [(f"{path} {record}", reason) for record, reason in errors]
+            return
+        if errors:
+            first_error = first_error or f"{errors[0][0]}: {errors[0][1]}"
+    raise _unreadable(path, f"not an OTLP protobuf request ({first_error or 'it holds no spans or log records'})")
 
 
 def read_langsmith(path: Path) -> SourceBatch:
     batch = SourceBatch(path, "langsmith")
     docs, batch.skipped = json_documents(path)
-    runs: list[Mapping[str, Any]] = []
-    ops = [(loc, d) for loc, d in docs if isinstance(d, Mapping) and "op" in d and "payload" in d]
+    runs: list[tuple[dict[str, Any], str | None, Any]] = []  # (file/line, record, run)
+    ops = [(where, d) for where, d in docs if isinstance(d, Mapping) and "op" in d and "payload" in d]
     if ops:
-        runs = langsmith.merge_ingest_ops(d for _, d in ops)
+        good = []
+        for where, op in ops:
+            payload = op.get("payload")
+            if isinstance(payload, Mapping) and isinstance(payload.get("id"), (str, int)):
+                good.append(op)
+            else:
+                batch.skip(langsmith.LangSmithFormatError("ingest op without a payload id", field="payload.id"),
+                           **_location(path, where))
+        runs = [({}, f"run {i}", run) for i, run in enumerate(langsmith.merge_ingest_ops(good))]
     else:
-        for location, doc in docs:
+        for where, doc in docs:
             try:
-                runs += langsmith.runs_in(doc)
-            except RECORD_ERRORS as exc:
+                found = langsmith.runs_in(doc)
+            except SourceError as exc:
                 if len(docs) == 1:
-                    raise UnreadableFile(f"{location}: {exc}") from None
-                batch.skipped.append((location, str(exc)))
-    batch.spans = _each(runs, langsmith.span_from_run_checked, batch.skipped, path)
+                    raise _whole(path, where, exc) from None
+                batch.skip(exc, **_location(path, where))
+                continue
+            runs += [(_location(path, where), f"record {i}" if len(found) > 1 else None, run)
+                     for i, run in enumerate(found)]
+    batch.spans = _each(runs, langsmith.span_from_run_checked, batch)
     batch.spans = langsmith.order_by_dotted(batch.spans)
     return batch
 
@@ -163,84 +264,101 @@ def read_langfuse(path: Path) -> SourceBatch:
         batch.format = "langfuse"
         return batch
     batch = SourceBatch(path, "langfuse", skipped=skipped)
-    for location, doc in docs:
+    for where, doc in docs:
         try:
             observations, trace = langfuse_api.observations_in(doc)
-        except RECORD_ERRORS as exc:
+        except SourceError as exc:
             if len(docs) == 1:
-                raise UnreadableFile(f"{location}: {exc}") from None
-            batch.skipped.append((location, str(exc)))
+                raise _whole(path, where, exc) from None
+            batch.skip(exc, **_location(path, where))
             continue
         good = []
         for i, obs in enumerate(observations):
             if "id" in obs and "traceId" in obs:
                 good.append(obs)
             else:
-                batch.skipped.append((f"{location} observation {i}", "observation without 'id' or 'traceId'"))
-        try:
-            batch.spans += langfuse_api.spans_from_observations(good, trace)
-        except RECORD_ERRORS as exc:
-            batch.skipped.append((location, str(exc)))
+                batch.skip(langfuse_api.LangfuseFormatError("observation without 'id' or 'traceId'"),
+                           **_location(path, where), record=f"observation {i}")
+        errors: list[SourceError] = []
+        batch.spans += langfuse_api.spans_from_observations(good, trace, errors)
+        for error in errors:
+            batch.skip(error, **_location(path, where))
     return batch
 
 
 def read_jaeger(path: Path) -> SourceBatch:
     batch = SourceBatch(path, "jaeger")
     docs, batch.skipped = json_documents(path)
-    for location, doc in docs:
+    for where, doc in docs:
         traces = doc.get("data") if isinstance(doc, Mapping) else None
         if not isinstance(traces, list):
-            raise UnreadableFile(f"{location}: not Jaeger JSON: expected an object with a 'data' list of traces")
+            raise _whole(path, where, jaeger.JaegerFormatError(
+                "not Jaeger JSON: expected an object with a 'data' list of traces"))
         for t, trace in enumerate(traces):
             spans = trace.get("spans") if isinstance(trace, Mapping) else None
             if not isinstance(spans, list):
-                batch.skipped.append((f"{location} data[{t}]", "trace without a 'spans' list"))
+                batch.skip(jaeger.JaegerFormatError("trace without a 'spans' list"), **_location(path, where),
+                           record=f"data[{t}]")
                 continue
+            processes = trace.get("processes")
+            processes = processes if isinstance(processes, Mapping) else {}
             for s, span in enumerate(spans):
                 try:
-                    batch.spans.append(jaeger.span_from_jaeger(span, trace.get("processes") or {}))
-                except RECORD_ERRORS as exc:
-                    batch.skipped.append((f"{location} data[{t}].spans[{s}]", str(exc)))
+                    batch.spans.append(jaeger.span_from_jaeger(span, processes))
+                except SourceError as exc:
+                    batch.skip(exc, **_location(path, where), record=f"data[{t}].spans[{s}]")
     return batch
+
+
+def _log_order(p: Path) -> tuple[str, int, str]:
+    return p.parent.name, int(p.stem) if p.stem.isascii() and p.stem.isdigit() else 0, p.stem
 
 
 def read_whowhen(path: Path) -> SourceBatch:
     batch = SourceBatch(path, "whowhen")
-    files = sorted(path.rglob("*.json"), key=lambda p: (p.parent.name, int(p.stem) if p.stem.isdigit() else 0, p.stem)) \
-        if path.is_dir() else [path]
+    files = sorted(path.rglob("*.json"), key=_log_order) if path.is_dir() else [path]
     if not files:
-        raise UnreadableFile(f"{path}: no Who&When .json logs found")
+        raise _unreadable(path, "no Who&When .json logs found")
     for file in files:
         try:
-            batch.spans += whowhen.read_log(file)
-        except (UnicodeDecodeError, json.JSONDecodeError, OSError, *RECORD_ERRORS) as exc:
-            batch.skipped.append((str(file), str(exc)))
+            docs, _ = json_documents(file)
+            if len(docs) != 1:
+                raise whowhen.WhoWhenFormatError("not a Who&When log: one JSON document expected")
+            batch.spans += whowhen.spans_from_log(docs[0][1], file.parent.name, file.stem)
+        except SourceError as exc:
+            batch.skip(exc, file=file)
     if not batch.spans:
-        raise UnreadableFile(f"{path}: no readable Who&When log ({batch.skipped[0][1]})")
+        raise _unreadable(path, f"no readable Who&When log ({batch.skipped[0][1]})")
     return batch
 
 
 def read_flat_file(path: Path) -> SourceBatch:
     docs, skipped = json_documents(path)
     batch = SourceBatch(path, "flat", skipped=skipped)
-    for location, doc in docs:
+    for where, doc in docs:
+        errors: list[SourceError] = []
         try:
-            spans, logs = read_flat(doc)
-        except RECORD_ERRORS as exc:
-            raise UnreadableFile(f"{location}: {exc}") from None
+            spans, logs = read_flat(doc, errors)
+        except SourceError as exc:
+            if len(docs) == 1:
+                raise _whole(path, where, exc) from None
+            batch.skip(exc, **_location(path, where))
+            continue
         batch.spans += spans
         batch.logs += logs
+        for error in errors:
+            batch.skip(error, **_location(path, where))
     return batch
 
 
-def _each(items: list[Any], convert: Callable[[Any], SpanRecord], skipped: list[tuple[str, str]], path: Path
-          ) -> list[SpanRecord]:
+def _each(items: Iterable[tuple[dict[str, Any], str | None, Any]], convert: Callable[[Any], SpanRecord],
+          batch: SourceBatch) -> list[SpanRecord]:
     out = []
-    for i, item in enumerate(items):
+    for location, record, item in items:
         try:
             out.append(convert(item))
-        except RECORD_ERRORS as exc:
-            skipped.append((f"{path} record {i}", str(exc)))
+        except SourceError as exc:
+            batch.skip(exc, **location, record=record)
     return out
 
 
@@ -258,9 +376,11 @@ def sniff(path: Path) -> str:
     """The format of a file or directory, from its content."""
     if path.is_dir():
         return "whowhen"
-    if path.suffix in (".pb", ".binpb") or _looks_binary(path):
+    data = content(path)
+    if path.suffix in (".pb", ".binpb") or _is_binary(data):
         return "otlp"
-    docs, _ = json_documents(path)
+    docs, _ = json_documents(path, data)
+    del data
     doc = docs[0][1]
     if isinstance(doc, Mapping):
         if "resourceSpans" in doc or "resourceLogs" in doc:
@@ -278,16 +398,23 @@ def sniff(path: Path) -> str:
             return "langsmith"
     if isinstance(doc, list) and doc and isinstance(doc[0], Mapping):
         return "langfuse" if "traceId" in doc[0] else "langsmith"
-    raise UnreadableFile(f"{path}: cannot tell the format; name it (otlp, langsmith, langfuse, jaeger, whowhen)")
+    raise _unreadable(path, "cannot tell the format; name it (otlp, langsmith, langfuse, jaeger, whowhen)")
 
 
 def read(format: str, path: Path) -> SourceBatch:
+    """Read one file (or a Who&When directory); raises only `UnreadableFile`."""
     if format == "auto":
         format = sniff(path)
     if format not in READERS:
-        raise UnreadableFile(f"unknown format {format!r}; use one of {', '.join(READERS)} or auto")
-    if not path.exists():
-        raise UnreadableFile(f"{path}: no such file")
-    return READERS[format](path)
-
-
+        raise UnreadableFile(f"unknown format {shown(format)}; use one of {', '.join(READERS)} or auto")
+    if not os.path.lexists(path):
+        raise _unreadable(path, "no such file")
+    try:
+        return READERS[format](path)
+    except UnreadableFile:
+        raise
+    except SourceError as exc:  # a document-level error a reader did not locate
+        raise UnreadableFile(exc.reason, field=exc.field, file=exc.file or str(path), line=exc.line,
+                             record=exc.record) from None
+    except INPUT_ERRORS as exc:  # a bug in a reader must still name the file
+        raise UnreadableFile(bad_record(exc).reason, file=str(path)) from None

@@ -6,44 +6,73 @@ from collections.abc import Mapping
 from typing import Any
 
 from otel_replay.normalize.records import LogEvent, SpanEvent, SpanRecord
+from otel_replay.normalize.sources.checks import check_log, check_span
+from otel_replay.normalize.sources.errors import BadRecord, SourceError, guarded, reading
 from otel_replay.normalize.sources.ids import hex_id, optional_hex_id
+from otel_replay.normalize.sources.shapes import mapping, optional_text, sequence, text
+from otel_replay.normalize.sources.times import unix_ns
 
 
+def _event(event: Any, i: int) -> SpanEvent:
+    e = mapping(event, f"events[{i}]")
+    return SpanEvent(text(e.get("name"), f"events[{i}].name"),
+                     unix_ns(e.get("time_unix_nano") or e.get("timestamp"), f"events[{i}].time_unix_nano"),
+                     dict(mapping(e.get("attributes"), f"events[{i}].attributes")))
+
+
+@guarded
 def span_from_flat(span: Mapping[str, Any]) -> SpanRecord:
-    status = span.get("status") or {}
-    scope = span.get("instrumentation_scope") or {}
-    return SpanRecord(
+    span = mapping(span, "span")
+    status = mapping(span.get("status"), "status")
+    scope = mapping(span.get("instrumentation_scope"), "instrumentation_scope")
+    return check_span(SpanRecord(
         trace_id=hex_id(span.get("trace_id"), 32, "trace_id"),
         span_id=hex_id(span.get("span_id"), 16, "span_id"),
         parent_span_id=optional_hex_id(span.get("parent_span_id"), 16, "parent_span_id"),
-        name=str(span.get("name") or ""),
-        kind=str(span.get("kind") or "INTERNAL"),
-        start_ns=span.get("start_time_unix_nano"),
-        end_ns=span.get("end_time_unix_nano"),
-        status_code=str(status.get("code") or "UNSET").lower(),
-        status_message=status.get("description"),
-        attributes=dict(span.get("attributes") or {}),
-        events=[
-            SpanEvent(str(e.get("name")), e.get("time_unix_nano") or e.get("timestamp"), dict(e.get("attributes") or {}))
-            for e in span.get("events") or []
-        ],
-        links=list(span.get("links") or []),
-        resource=dict((span.get("resource") or {}).get("attributes") or {}),
-        scope_name=scope.get("name"),
-        scope_version=scope.get("version"),
-    )
+        name=text(span.get("name"), "name"),
+        kind=text(span.get("kind"), "kind", "INTERNAL"),
+        start_ns=unix_ns(span.get("start_time_unix_nano"), "start_time_unix_nano"),
+        end_ns=unix_ns(span.get("end_time_unix_nano"), "end_time_unix_nano"),
+        status_code=text(status.get("code"), "status.code", "UNSET").lower(),
+        status_message=optional_text(status.get("description"), "status.description"),
+        attributes=dict(mapping(span.get("attributes"), "attributes")),
+        events=[_event(e, i) for i, e in enumerate(sequence(span.get("events"), "events"))],
+        links=list(sequence(span.get("links"), "links")),
+        resource=dict(mapping(mapping(span.get("resource"), "resource").get("attributes"), "resource.attributes")),
+        scope_name=optional_text(scope.get("name"), "instrumentation_scope.name"),
+        scope_version=optional_text(scope.get("version"), "instrumentation_scope.version"),
+    ))
 
 
+@guarded
 def log_from_flat(log: Mapping[str, Any]) -> LogEvent:
-    return LogEvent(
-        event_name=log.get("event_name"),
+    log = mapping(log, "log")
+    return check_log(LogEvent(
+        event_name=optional_text(log.get("event_name"), "event_name"),
         trace_id=optional_hex_id(log.get("trace_id"), 32, "trace_id"),
         span_id=optional_hex_id(log.get("span_id"), 16, "span_id"),
-        time_ns=log.get("time_unix_nano") or log.get("observed_time_unix_nano"),
+        time_ns=unix_ns(log.get("time_unix_nano") or log.get("observed_time_unix_nano"), "time_unix_nano"),
         body=log.get("body"),
-        attributes=dict(log.get("attributes") or {}),
-    )
+        attributes=dict(mapping(log.get("attributes"), "attributes")),
+    ))
 
 
-def read_flat(doc: Mapping[str, Any]) -> tuple[list[SpanRecord], list[LogEvent]]:
-    return [span_from_flat(s) for s in doc.get("spans") or []], [log_from_flat(g) for g in doc.get("logs") or []]
+def read_flat(doc: Mapping[str, Any], errors: list[SourceError] | None = None
+              ) -> tuple[list[SpanRecord], list[LogEvent]]:
+    """The spans and logs of a dump. With `errors`, a bad record is skipped and recorded there
+    (located as `spans[i]` / `logs[i]`); without, the first one raises."""
+    if not isinstance(doc, Mapping):
+        raise BadRecord(f"not a span dump: expected an object with 'spans', got {type(doc).__name__}")
+    with reading():
+        spans_in, logs_in = sequence(doc.get("spans"), "spans"), sequence(doc.get("logs"), "logs")
+    spans: list[SpanRecord] = []
+    logs: list[LogEvent] = []
+    for key, items, convert, out in (("spans", spans_in, span_from_flat, spans), ("logs", logs_in, log_from_flat, logs)):
+        for i, item in enumerate(items):
+            try:
+                out.append(convert(item))
+            except SourceError as exc:
+                if errors is None:
+                    raise exc.located(record=f"{key}[{i}]") from None
+                errors.append(exc.located(record=f"{key}[{i}]"))
+    return spans, logs

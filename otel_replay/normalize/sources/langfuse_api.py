@@ -15,21 +15,27 @@ from typing import Any
 import xxhash
 
 from otel_replay.normalize.records import SpanRecord
+from otel_replay.normalize.sources.checks import check_span
+from otel_replay.normalize.sources.errors import SourceError, guarded, shown
 from otel_replay.normalize.sources.ids import HEX
+from otel_replay.normalize.sources.shapes import mapping, optional_text, sequence, text
 from otel_replay.normalize.sources.times import iso_to_ns
 
 
-class LangfuseFormatError(ValueError):
+class LangfuseFormatError(SourceError):
     """The document is not one of the Langfuse export shapes."""
 
 
-def _id(value: Any, width: int) -> str:
-    text = str(value).lower()
-    if len(text) == width and set(text) <= HEX:
-        return text
-    if width == 32 and len(text.replace("-", "")) == 32 and set(text.replace("-", "")) <= HEX:
-        return text.replace("-", "")
-    return xxhash.xxh3_128_hexdigest(text.encode())[:width] if width == 32 else xxhash.xxh3_64_hexdigest(text.encode())
+def _id(value: Any, width: int, field: str) -> str:
+    """A hex id as it is; any other id (a UUID, a name) hashed to `width` hex digits."""
+    raw = text(value, field).lower()
+    if len(raw) == width and set(raw) <= HEX and set(raw) != {"0"}:
+        return raw
+    uuid = raw.replace("-", "")
+    if width == 32 and len(uuid) == 32 and set(uuid) <= HEX and set(uuid) != {"0"}:
+        return uuid
+    data = raw.encode("utf-8", "surrogatepass")
+    return xxhash.xxh3_128_hexdigest(data) if width == 32 else xxhash.xxh3_64_hexdigest(data)
 
 
 def _as_json_text(value: Any) -> str | None:
@@ -51,23 +57,25 @@ def observations_in(doc: Any) -> tuple[list[Mapping[str, Any]], Mapping[str, Any
     raise LangfuseFormatError("not a Langfuse export: expected a trace with 'observations' or a page with 'data'")
 
 
+@guarded
 def span_from_observation(obs: Mapping[str, Any], trace: Mapping[str, Any] | None = None,
                           order_ns: int = 0) -> SpanRecord:
+    obs = mapping(obs, "observation")
     if "id" not in obs or "traceId" not in obs:
-        raise LangfuseFormatError("observation without 'id' or 'traceId'")
+        raise LangfuseFormatError("observation without 'id' or 'traceId'", field="id" if "id" not in obs else "traceId")
     attrs: dict[str, Any] = {
         "langfuse.observation.type": str(obs.get("type") or "span").lower(),
-        "langfuse.observation.id": str(obs["id"]),
-        "langfuse.trace.id": str(obs["traceId"]),
+        "langfuse.observation.id": text(obs["id"], "id"),
+        "langfuse.trace.id": text(obs["traceId"], "traceId"),
     }
     optional = {
         "langfuse.observation.input": _as_json_text(obs.get("input")),
         "langfuse.observation.output": _as_json_text(obs.get("output")),
-        "langfuse.observation.model.name": obs.get("model"),
+        "langfuse.observation.model.name": optional_text(obs.get("model"), "model"),
         "langfuse.observation.model.parameters": _as_json_text(obs.get("modelParameters")),
         "langfuse.observation.usage_details": _as_json_text(obs.get("usageDetails") or None),
-        "langfuse.observation.level": obs.get("level"),
-        "langfuse.observation.status_message": obs.get("statusMessage"),
+        "langfuse.observation.level": optional_text(obs.get("level"), "level"),
+        "langfuse.observation.status_message": optional_text(obs.get("statusMessage"), "statusMessage"),
     }
     attrs.update({k: v for k, v in optional.items() if v is not None})
     metadata = obs.get("metadata")
@@ -75,48 +83,60 @@ def span_from_observation(obs: Mapping[str, Any], trace: Mapping[str, Any] | Non
         try:
             metadata = json.loads(metadata)
         except ValueError:
-            metadata = {"raw": metadata}
-    for key, value in (metadata or {}).items():
+            metadata = None
+        metadata = metadata if isinstance(metadata, dict) else {"raw": obs["metadata"]}
+    for key, value in mapping(metadata, "metadata").items():
         attrs[f"langfuse.observation.metadata.{key}"] = json.dumps(value, ensure_ascii=False)
-    parent = obs.get("parentObservationId")
+    parent = optional_text(obs.get("parentObservationId"), "parentObservationId")
     if trace is not None and parent is None:
         attrs.update(_trace_attributes(trace))
     start = iso_to_ns(obs.get("startTime"), "startTime")
     error = str(obs.get("level") or "").upper() == "ERROR"
-    return SpanRecord(
-        trace_id=_id(obs["traceId"], 32),
-        span_id=_id(obs["id"], 16),
-        parent_span_id=_id(parent, 16) if parent else None,
-        name=str(obs.get("name") or obs.get("type") or "observation"),
+    return check_span(SpanRecord(
+        trace_id=_id(obs["traceId"], 32, "traceId"),
+        span_id=_id(obs["id"], 16, "id"),
+        parent_span_id=_id(parent, 16, "parentObservationId") if parent else None,
+        name=text(obs.get("name") or obs.get("type"), "name", "observation"),
         start_ns=start + order_ns if start is not None else None,
         end_ns=iso_to_ns(obs.get("endTime"), "endTime"),
         status_code="error" if error else "unset",
-        status_message=obs.get("statusMessage") if error else None,
+        status_message=optional_text(obs.get("statusMessage"), "statusMessage") if error else None,
         attributes=attrs,
-        resource={"service.name": str((trace or {}).get("name") or obs.get("traceName") or "langfuse")},
+        resource={"service.name": text((trace or {}).get("name") or obs.get("traceName"), "traceName", "langfuse")},
         scope_name="langfuse-api",
-    )
+    ))
 
 
 def _trace_attributes(trace: Mapping[str, Any]) -> dict[str, Any]:
     attrs: dict[str, Any] = {}
-    for score in trace.get("scores") or []:
+    for score in sequence(trace.get("scores"), "scores"):
         if isinstance(score, Mapping) and score.get("name") is not None and score.get("observationId") is None:
             attrs[f"langfuse.score.{score['name']}"] = score.get("value")
     if trace.get("tags"):
-        attrs["langfuse.trace.tags"] = [str(t) for t in trace["tags"]]
+        attrs["langfuse.trace.tags"] = [text(t, "tags") for t in sequence(trace["tags"], "tags")]
     return attrs
 
 
-def spans_from_observations(observations: Iterable[Mapping[str, Any]], trace: Mapping[str, Any] | None = None
-                            ) -> list[SpanRecord]:
-    """Millisecond start times tie between siblings: ties break by end time, then id."""
-    ordered = sorted(observations, key=lambda o: (str(o.get("traceId")), str(o.get("startTime") or ""),
-                                                  str(o.get("endTime") or ""), str(o.get("id"))))
+def _sort_text(value: Any) -> str:
+    return str(value) if isinstance(value, (str, int, float)) else ""
+
+
+def spans_from_observations(observations: Iterable[Mapping[str, Any]], trace: Mapping[str, Any] | None = None,
+                            errors: list[SourceError] | None = None) -> list[SpanRecord]:
+    """Millisecond start times tie between siblings: ties break by end time, then id.
+
+    With `errors`, a bad observation is skipped and recorded there; without, it raises.
+    """
+    ordered = sorted(observations, key=lambda o: tuple(_sort_text(o.get(k)) for k in ("traceId", "startTime", "endTime", "id")))
     spans, last_start, rank = [], None, 0
     for obs in ordered:
         key = (obs.get("traceId"), obs.get("startTime"))
         rank = rank + 1 if key == last_start else 0
         last_start = key
-        spans.append(span_from_observation(obs, trace, order_ns=min(rank, 999)))
+        try:
+            spans.append(span_from_observation(obs, trace, order_ns=min(rank, 999)))
+        except SourceError as exc:
+            if errors is None:
+                raise
+            errors.append(exc.located(record=f"observation {shown(obs.get('id'))}"))
     return spans

@@ -16,24 +16,27 @@ from typing import Any
 import xxhash
 
 from otel_replay.normalize.records import SpanEvent, SpanRecord
+from otel_replay.normalize.sources.checks import INT64, check_span
+from otel_replay.normalize.sources.errors import SourceError, guarded
+from otel_replay.normalize.sources.shapes import mapping, sequence, text
 from otel_replay.normalize.sources.times import iso_to_ns
 
 STATUS = {"success": "ok", "error": "error", "pending": "unset"}
 
 
-class LangSmithFormatError(ValueError):
+class LangSmithFormatError(SourceError):
     """The document is not one of the LangSmith export shapes."""
 
 
 def span_id_of(run_id: str) -> str:
-    return xxhash.xxh3_64_hexdigest(str(run_id).lower().encode())
+    return xxhash.xxh3_64_hexdigest(str(run_id).lower().encode("utf-8", "surrogatepass"))
 
 
 def trace_id_of(trace_uuid: str) -> str:
     text = str(trace_uuid).replace("-", "").lower()
     if len(text) == 32 and all(c in "0123456789abcdef" for c in text):
         return text
-    return xxhash.xxh3_128_hexdigest(str(trace_uuid).encode())
+    return xxhash.xxh3_128_hexdigest(str(trace_uuid).encode("utf-8", "surrogatepass"))
 
 
 def runs_in(doc: Any) -> list[Mapping[str, Any]]:
@@ -55,34 +58,36 @@ def merge_ingest_ops(ops: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     for op in ops:
         payload = op.get("payload")
         if not isinstance(payload, Mapping) or "id" not in payload:
-            raise LangSmithFormatError("ingest op without a payload id")
-        runs.setdefault(str(payload["id"]), {}).update({k: v for k, v in payload.items() if v is not None})
+            raise LangSmithFormatError("ingest op without a payload id", field="payload.id")
+        runs.setdefault(text(payload["id"], "payload.id"), {}).update({k: v for k, v in payload.items() if v is not None})
     return list(runs.values())
 
 
 def _parent_id(run: Mapping[str, Any]) -> str | None:
-    parent = run.get("parent_run_id")
+    parent = text(run.get("parent_run_id"), "parent_run_id")
     if parent:
-        return str(parent)
-    ancestors = run.get("parent_run_ids") or []
-    return str(ancestors[-1]) if ancestors else None
+        return parent
+    ancestors = sequence(run.get("parent_run_ids"), "parent_run_ids")
+    return text(ancestors[-1], "parent_run_ids") or None if ancestors else None
 
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
+@guarded
 def span_from_run(run: Mapping[str, Any]) -> SpanRecord:
     """One run as a span."""
-    run_id = str(run.get("id") or "")
+    run = mapping(run, "run")
+    run_id = text(run.get("id"), "id")
     if not run_id:
-        raise LangSmithFormatError("run without an 'id'")
-    trace_uuid = str(run.get("trace_id") or run_id)
+        raise LangSmithFormatError("a run needs an id", field="id")
+    trace_uuid = text(run.get("trace_id"), "trace_id") or run_id
     parent = _parent_id(run)
     start = iso_to_ns(run.get("start_time"), "start_time")
     status = str(run.get("status") or "").lower()
     error = run.get("error") or run.get("error_preview")
-    metadata = run.get("metadata") or (run.get("extra") or {}).get("metadata") or {}
+    metadata = mapping(run.get("metadata") or mapping(run.get("extra"), "extra").get("metadata"), "metadata")
     attributes: dict[str, Any] = {
         "langsmith.run_id": run_id,
         "langsmith.trace_id": trace_uuid,
@@ -96,17 +101,17 @@ def span_from_run(run: Mapping[str, Any]) -> SpanRecord:
         if run.get(key):
             attributes[f"langsmith.{key}"] = str(run[key])
     for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
-        if isinstance(run.get(key), int):
+        if isinstance(run.get(key), int) and INT64[0] <= run[key] <= INT64[1]:
             attributes[f"langsmith.{key}"] = run[key]
     if run.get("tags"):
-        attributes["langsmith.tags"] = [str(t) for t in run["tags"]]
+        attributes["langsmith.tags"] = [text(t, "tags") for t in sequence(run["tags"], "tags")]
     if run.get("feedback_stats"):
         attributes["langsmith.feedback_stats"] = _json(run["feedback_stats"])
     if error:
         attributes["langsmith.error"] = str(error)
-    events = [SpanEvent(str(e.get("name")), iso_to_ns(e.get("time"), "events.time"), {})
-              for e in run.get("events") or [] if isinstance(e, Mapping)]
-    return SpanRecord(
+    events = [SpanEvent(text(e.get("name"), "events.name"), iso_to_ns(e.get("time"), "events.time"), {})
+              for e in sequence(run.get("events"), "events") if isinstance(e, Mapping)]
+    return check_span(SpanRecord(
         trace_id=trace_id_of(trace_uuid),
         span_id=span_id_of(run_id),
         parent_span_id=span_id_of(parent) if parent else None,
@@ -117,9 +122,9 @@ def span_from_run(run: Mapping[str, Any]) -> SpanRecord:
         status_message=str(error).split("\n", 1)[0][:1000] if error else None,
         attributes=attributes,
         events=events,
-        resource={"service.name": str(metadata.get("ls_project") or run.get("session_name") or "langsmith")},
+        resource={"service.name": text(metadata.get("ls_project") or run.get("session_name"), "session_name", "langsmith")},
         scope_name="langsmith",
-    )
+    ))
 
 
 def span_from_run_checked(run: Mapping[str, Any]) -> SpanRecord:

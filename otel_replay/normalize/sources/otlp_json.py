@@ -7,130 +7,239 @@ JSON printer writes them), int64 values as strings, enums as integers.
 from __future__ import annotations
 
 import base64
+import binascii
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from otel_replay.normalize.records import LogEvent, SpanEvent, SpanRecord
+from otel_replay.normalize.sources.checks import INT64, MAX_DEPTH, check_log, check_span
+from otel_replay.normalize.sources.errors import BadValue, SourceError, guarded, shown
 from otel_replay.normalize.sources.ids import hex_id, optional_hex_id
+from otel_replay.normalize.sources.shapes import mapping, optional_text, sequence, text
+from otel_replay.normalize.sources.times import unix_ns
 
 SPAN_KINDS = {0: "UNSPECIFIED", 1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
 STATUS_CODES = {0: "unset", 1: "ok", 2: "error"}
 _STATUS_NAMES = {"STATUS_CODE_UNSET": 0, "STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}
 _KIND_NAMES = {f"SPAN_KIND_{v}": k for k, v in SPAN_KINDS.items()}
+_FLOAT_WORDS = {"NaN", "Infinity", "-Infinity"}
 
 
-class OtlpFormatError(ValueError):
+class OtlpFormatError(SourceError):
     """The document is not OTLP/JSON of the expected shape."""
 
 
-def any_value(value: Any) -> Any:
-    """Decode an OTLP `AnyValue` into a plain Python value."""
-    if not isinstance(value, Mapping) or not value:
+def _int64(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str, float)):
+        raise BadValue(f"expected an int64, got {type(value).__name__}", field=field)
+    if isinstance(value, str) and (len(value) > 24 or not value.strip().lstrip("+-").isdigit()
+                                   or not value.strip().isascii()):
+        raise BadValue(f"{shown(value)} is not an int64", field=field)
+    if isinstance(value, float) and not value.is_integer():  # also NaN and infinities
+        raise BadValue(f"{value!r} is not an int64", field=field)
+    number = int(value)
+    if not INT64[0] <= number <= INT64[1]:
+        raise BadValue(f"{shown(value)} is outside the int64 range", field=field)
+    return number
+
+
+def _double(value: Any, field: str) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str) and (value in _FLOAT_WORDS or len(value) <= 64):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    raise BadValue(f"{shown(value)} is not a double", field=field)
+
+
+def _bytes(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise BadValue(f"expected base64 text, got {type(value).__name__}", field=field)
+    try:
+        return base64.b64decode(value, validate=True).hex()
+    except (binascii.Error, ValueError):
+        raise BadValue(f"{shown(value)} is not base64", field=field) from None
+
+
+def any_value(value: Any, field: str = "value", depth: int = 0, key: str | None = None) -> Any:
+    """Decode an OTLP `AnyValue` into a plain Python value; errors name `field` (`.key`)."""
+    if value.__class__ is not dict and not isinstance(value, Mapping) or not value:
         return None
+    if "stringValue" in value and len(value) == 1 and value["stringValue"].__class__ is str:
+        return value["stringValue"]  # the common case first
+    if key is not None:  # the attribute's name, for errors (built only off the common path)
+        field = f"{field}.{key[:200]}"
+    if depth > MAX_DEPTH:
+        raise BadValue(f"nested deeper than {MAX_DEPTH} levels", field=field)
     if "stringValue" in value:
-        return value["stringValue"]
+        return text(value["stringValue"], field)
     if "intValue" in value:
-        return int(value["intValue"])
+        return _int64(value["intValue"], field)
     if "doubleValue" in value:
-        return float(value["doubleValue"])
+        return _double(value["doubleValue"], field)
     if "boolValue" in value:
-        return bool(value["boolValue"])
+        flag = value["boolValue"]
+        if not isinstance(flag, bool):
+            raise BadValue(f"{shown(flag)} is not a bool", field=field)
+        return flag
     if "arrayValue" in value:
-        return [any_value(v) for v in (value["arrayValue"] or {}).get("values", [])]
+        items = sequence(mapping(value["arrayValue"], field).get("values"), f"{field}.arrayValue.values")
+        return [any_value(v, field, depth + 1) for v in items]
     if "kvlistValue" in value:
-        return key_values((value["kvlistValue"] or {}).get("values", []))
+        items = sequence(mapping(value["kvlistValue"], field).get("values"), f"{field}.kvlistValue.values")
+        return {text(kv["key"], field): any_value(kv.get("value"), field, depth + 1)
+                for kv in items if isinstance(kv, Mapping) and "key" in kv}
     if "bytesValue" in value:
-        return base64.b64decode(value["bytesValue"]).hex()
+        return _bytes(value["bytesValue"], field)
     return None
 
 
-def key_values(items: Any) -> dict[str, Any]:
+def key_values(items: Any, field: str = "attributes") -> dict[str, Any]:
+    """A list of `KeyValue`s; an error names `field.<key>`."""
     if not isinstance(items, list):
-        raise OtlpFormatError(f"attributes must be a list of key/value objects, got {type(items).__name__}")
-    return {str(kv["key"]): any_value(kv.get("value")) for kv in items if isinstance(kv, Mapping) and "key" in kv}
+        raise OtlpFormatError(f"must be a list of key/value objects, got {type(items).__name__}", field=field)
+    out = {}
+    for kv in items:
+        if (kv.__class__ is dict or isinstance(kv, Mapping)) and "key" in kv:
+            key = kv["key"]
+            if key.__class__ is not str:
+                key = text(key, f"{field}.key")
+            out[key] = any_value(kv.get("value"), field, key=key)
+    return out
 
 
-def _int(value: Any) -> int | None:
-    return None if value in (None, "", "0", 0) else int(value)
-
-
-def _enum(value: Any, names: Mapping[str, int]) -> int:
+def _enum(value: Any, names: Mapping[str, int], field: str) -> int:
     if isinstance(value, str):
-        return names.get(value, 0) if not value.isdigit() else int(value)
-    return int(value or 0)
+        if value.isascii() and value.isdigit() and len(value) < 6:
+            return int(value)
+        return names.get(value, 0)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if value is None or isinstance(value, float) and value.is_integer() and abs(value) < 1e6:
+        return int(value or 0)
+    raise BadValue(f"{shown(value)} is not an enum value", field=field)
 
 
+def _event(event: Any, i: int) -> SpanEvent:
+    e = mapping(event, f"events[{i}]")
+    return SpanEvent(text(e.get("name"), f"events[{i}].name"), unix_ns(e.get("timeUnixNano"), f"events[{i}].timeUnixNano"),
+                     key_values(e.get("attributes") or [], f"events[{i}].attributes"))
+
+
+def _link(link: Any, i: int) -> dict[str, Any]:
+    link = mapping(link, f"links[{i}]")
+    return {"trace_id": optional_hex_id(link.get("traceId"), 32, f"links[{i}].traceId"),
+            "span_id": optional_hex_id(link.get("spanId"), 16, f"links[{i}].spanId"),
+            "attributes": key_values(link.get("attributes") or [], f"links[{i}].attributes")}
+
+
+@guarded
 def span_from_otlp(span: Mapping[str, Any], resource: Mapping[str, Any], scope: Mapping[str, Any]) -> SpanRecord:
-    status = span.get("status") or {}
-    return SpanRecord(
+    span = mapping(span, "span")
+    status = mapping(span.get("status"), "status")
+    return check_span(SpanRecord(
         trace_id=hex_id(span.get("traceId"), 32, "traceId"),
         span_id=hex_id(span.get("spanId"), 16, "spanId"),
         parent_span_id=optional_hex_id(span.get("parentSpanId"), 16, "parentSpanId"),
-        name=str(span.get("name") or ""),
-        kind=SPAN_KINDS.get(_enum(span.get("kind"), _KIND_NAMES), "UNSPECIFIED"),
-        start_ns=_int(span.get("startTimeUnixNano")),
-        end_ns=_int(span.get("endTimeUnixNano")),
-        status_code=STATUS_CODES.get(_enum(status.get("code"), _STATUS_NAMES), "unset"),
-        status_message=status.get("message") or None,
+        name=text(span.get("name"), "name"),
+        kind=SPAN_KINDS.get(_enum(span.get("kind"), _KIND_NAMES, "kind"), "UNSPECIFIED"),
+        start_ns=unix_ns(span.get("startTimeUnixNano"), "startTimeUnixNano"),
+        end_ns=unix_ns(span.get("endTimeUnixNano"), "endTimeUnixNano"),
+        status_code=STATUS_CODES.get(_enum(status.get("code"), _STATUS_NAMES, "status.code"), "unset"),
+        status_message=optional_text(status.get("message"), "status.message"),
         attributes=key_values(span.get("attributes") or []),
-        events=[
-            SpanEvent(str(e.get("name") or ""), _int(e.get("timeUnixNano")), key_values(e.get("attributes") or []))
-            for e in span.get("events") or []
-        ],
-        links=[
-            {
-                "trace_id": optional_hex_id(link.get("traceId"), 32, "links.traceId"),
-                "span_id": optional_hex_id(link.get("spanId"), 16, "links.spanId"),
-                "attributes": key_values(link.get("attributes") or []),
-            }
-            for link in span.get("links") or []
-        ],
+        events=[_event(e, i) for i, e in enumerate(sequence(span.get("events"), "events"))],
+        links=[_link(link, i) for i, link in enumerate(sequence(span.get("links"), "links"))],
         resource=resource,
-        scope_name=scope.get("name") or None,
-        scope_version=scope.get("version") or None,
-    )
+        scope_name=optional_text(scope.get("name"), "scope.name"),
+        scope_version=optional_text(scope.get("version"), "scope.version"),
+    ))
+
+
+def _resource(outer: Mapping[str, Any]) -> dict[str, Any]:
+    return key_values(mapping(outer.get("resource"), "resource").get("attributes") or [], "resource.attributes")
 
 
 def spans_from_request(doc: Mapping[str, Any], errors: list[tuple[str, str]] | None = None) -> Iterator[SpanRecord]:
     """Every span in an `ExportTraceServiceRequest` (raises OtlpFormatError on a wrong shape).
 
-    With `errors`, a malformed span is skipped and recorded as (its path in the document, reason).
+    With `errors`, a malformed span (or resource, or scope) is skipped and recorded as (its path
+    in the document, reason); without, the first one raises its `SourceError`.
     """
     if not isinstance(doc, Mapping) or "resourceSpans" not in doc:
         raise OtlpFormatError("not an OTLP/JSON trace request: no 'resourceSpans' key")
     for i, rs in enumerate(_list(doc["resourceSpans"], "resourceSpans")):
-        resource = key_values((rs.get("resource") or {}).get("attributes") or [])
-        for j, ss in enumerate(_list(rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans"), "scopeSpans")):
-            scope = ss.get("scope") or ss.get("instrumentationLibrary") or {}
-            for k, span in enumerate(_list(ss.get("spans"), "spans")):
+        where = f"resourceSpans[{i}]"
+        try:
+            resource = _resource(rs)
+            scopes = _list(rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans"), "scopeSpans")
+        except SourceError as exc:
+            _skip(errors, exc, where)
+            continue
+        for j, ss in enumerate(scopes):
+            try:
+                scope = mapping(ss.get("scope") or ss.get("instrumentationLibrary"), "scope")
+                spans = _list(ss.get("spans"), "spans")
+            except SourceError as exc:
+                _skip(errors, exc, f"{where}.scopeSpans[{j}]")
+                continue
+            for k, span in enumerate(spans):
                 try:
                     yield span_from_otlp(span, resource, scope)
-                except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
-                    if errors is None:
-                        raise
-                    errors.append((f"resourceSpans[{i}].scopeSpans[{j}].spans[{k}]", str(exc) or type(exc).__name__))
+                except SourceError as exc:
+                    _skip(errors, exc, f"{where}.scopeSpans[{j}].spans[{k}]")
+
+
+def _skip(errors: list[tuple[str, str]] | None, exc: SourceError, record: str) -> None:
+    """Record a skipped part of a request, or raise its error (located) when not collecting."""
+    located = exc.located(within=record)
+    if errors is None:
+        raise located from None
+    errors.append((located.record or record, located.problem))
 
 
 def _list(value: Any, field: str) -> list[Any]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise OtlpFormatError(f"'{field}' must be a list, got {type(value).__name__}")
+        raise OtlpFormatError(f"must be a list, got {type(value).__name__}", field=field)
     return [v for v in value if isinstance(v, Mapping)]
 
 
-def logs_from_request(doc: Mapping[str, Any]) -> Iterator[LogEvent]:
-    """Every log record in an `ExportLogsServiceRequest`."""
+@guarded
+def log_from_otlp(rec: Mapping[str, Any]) -> LogEvent:
+    rec = mapping(rec, "logRecord")
+    return check_log(LogEvent(
+        event_name=optional_text(rec.get("eventName"), "eventName"),
+        trace_id=optional_hex_id(rec.get("traceId"), 32, "traceId"),
+        span_id=optional_hex_id(rec.get("spanId"), 16, "spanId"),
+        time_ns=unix_ns(rec.get("timeUnixNano"), "timeUnixNano") or unix_ns(rec.get("observedTimeUnixNano"),
+                                                                             "observedTimeUnixNano"),
+        body=any_value(rec.get("body"), "body"),
+        attributes=key_values(rec.get("attributes") or []),
+    ))
+
+
+def logs_from_request(doc: Mapping[str, Any], errors: list[tuple[str, str]] | None = None) -> Iterator[LogEvent]:
+    """Every log record in an `ExportLogsServiceRequest` (`errors` as in `spans_from_request`)."""
     if not isinstance(doc, Mapping) or "resourceLogs" not in doc:
         raise OtlpFormatError("not an OTLP/JSON logs request: no 'resourceLogs' key")
-    for rl in _list(doc["resourceLogs"], "resourceLogs"):
-        for sl in _list(rl.get("scopeLogs"), "scopeLogs"):
-            for rec in _list(sl.get("logRecords"), "logRecords"):
-                yield LogEvent(
-                    event_name=rec.get("eventName") or None,
-                    trace_id=optional_hex_id(rec.get("traceId"), 32, "traceId"),
-                    span_id=optional_hex_id(rec.get("spanId"), 16, "spanId"),
-                    time_ns=_int(rec.get("timeUnixNano")) or _int(rec.get("observedTimeUnixNano")),
-                    body=any_value(rec.get("body")),
-                    attributes=key_values(rec.get("attributes") or []),
-                )
+    for i, rl in enumerate(_list(doc["resourceLogs"], "resourceLogs")):
+        try:
+            scopes = _list(rl.get("scopeLogs"), "scopeLogs")
+        except SourceError as exc:
+            _skip(errors, exc, f"resourceLogs[{i}]")
+            continue
+        for j, sl in enumerate(scopes):
+            try:
+                records = _list(sl.get("logRecords"), "logRecords")
+            except SourceError as exc:
+                _skip(errors, exc, f"resourceLogs[{i}].scopeLogs[{j}]")
+                continue
+            for k, rec in enumerate(records):
+                try:
+                    yield log_from_otlp(rec)
+                except SourceError as exc:
+                    _skip(errors, exc, f"resourceLogs[{i}].scopeLogs[{j}].logRecords[{k}]")

@@ -11,39 +11,47 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from otel_replay.normalize.records import LogEvent, SpanEvent, SpanRecord
+from otel_replay.normalize.sources.checks import MAX_DEPTH, check_log, check_span
+from otel_replay.normalize.sources.errors import SourceError, guarded
 from otel_replay.normalize.sources.ids import hex_id, optional_hex_id
 from otel_replay.normalize.sources.otlp_json import SPAN_KINDS, STATUS_CODES
-
-MAX_DEPTH = 64
-
-
-class OtlpDecodeError(ValueError):
-    """Bytes that are not a valid OTLP protobuf request."""
+from otel_replay.normalize.sources.times import unix_ns
 
 
-def any_value(value: AnyValue, depth: int = 0) -> Any:
+class OtlpDecodeError(SourceError):
+    """Bytes that are not a valid OTLP protobuf request, or a value nested past the limit."""
+
+
+def any_value(value: AnyValue, depth: int = 0, field: str = "value") -> Any:
     if depth > MAX_DEPTH:
-        raise OtlpDecodeError(f"attribute value nested deeper than {MAX_DEPTH} levels")
+        raise OtlpDecodeError(f"attribute value nested deeper than {MAX_DEPTH} levels", field=field)
     which = value.WhichOneof("value")
     if which is None:
         return None
     if which == "array_value":
-        return [any_value(v, depth + 1) for v in value.array_value.values]
+        return [any_value(v, depth + 1, field) for v in value.array_value.values]
     if which == "kvlist_value":
-        return {kv.key: any_value(kv.value, depth + 1) for kv in value.kvlist_value.values}
+        return {kv.key: any_value(kv.value, depth + 1, field) for kv in value.kvlist_value.values}
     if which == "bytes_value":
         return value.bytes_value.hex()
     return getattr(value, which)
 
 
-def key_values(items: Any) -> dict[str, Any]:
-    return {kv.key: any_value(kv.value) for kv in items}
+def key_values(items: Any, field: str = "attributes") -> dict[str, Any]:
+    out = {}
+    for kv in items:
+        value = kv.value
+        if value.WhichOneof("value") == "string_value":  # the common case, without building a field name
+            out[kv.key] = value.string_value
+        else:
+            out[kv.key] = any_value(value, 0, f"{field}.{kv.key[:200]}")
+    return out
 
 
 def _parse(request: Any, data: bytes, what: str) -> Any:
     try:
         request.ParseFromString(data)
-    except (DecodeError, RecursionError) as exc:
+    except (DecodeError, RecursionError, ValueError, TypeError) as exc:
         raise OtlpDecodeError(f"not an OTLP protobuf {what} request: {exc}") from None
     return request
 
@@ -56,42 +64,75 @@ def parse_logs(data: bytes) -> ExportLogsServiceRequest:
     return _parse(ExportLogsServiceRequest(), data, "logs")
 
 
-def spans_from_proto(request: ExportTraceServiceRequest) -> Iterator[SpanRecord]:
-    for rs in request.resource_spans:
-        resource = key_values(rs.resource.attributes)
-        for ss in rs.scope_spans:
-            scope = ss.scope
-            for span in ss.spans:
-                yield SpanRecord(
-                    trace_id=hex_id(span.trace_id, 32, "traceId"),
-                    span_id=hex_id(span.span_id, 16, "spanId"),
-                    parent_span_id=optional_hex_id(span.parent_span_id, 16, "parentSpanId"),
-                    name=span.name,
-                    kind=SPAN_KINDS.get(span.kind, "UNSPECIFIED"),
-                    start_ns=span.start_time_unix_nano or None,
-                    end_ns=span.end_time_unix_nano or None,
-                    status_code=STATUS_CODES.get(span.status.code, "unset"),
-                    status_message=span.status.message or None,
-                    attributes=key_values(span.attributes),
-                    events=[SpanEvent(e.name, e.time_unix_nano or None, key_values(e.attributes)) for e in span.events],
-                    links=[{"trace_id": optional_hex_id(link.trace_id, 32, "links.traceId"),
-                            "span_id": optional_hex_id(link.span_id, 16, "links.spanId"),
-                            "attributes": key_values(link.attributes)} for link in span.links],
-                    resource=resource,
-                    scope_name=scope.name or None,
-                    scope_version=scope.version or None,
-                )
+@guarded
+def span_from_proto(span: Any, resource: dict[str, Any], scope: Any) -> SpanRecord:
+    return check_span(SpanRecord(
+        trace_id=hex_id(span.trace_id, 32, "traceId"),
+        span_id=hex_id(span.span_id, 16, "spanId"),
+        parent_span_id=optional_hex_id(span.parent_span_id, 16, "parentSpanId"),
+        name=span.name,
+        kind=SPAN_KINDS.get(span.kind, "UNSPECIFIED"),
+        start_ns=unix_ns(span.start_time_unix_nano, "startTimeUnixNano"),
+        end_ns=unix_ns(span.end_time_unix_nano, "endTimeUnixNano"),
+        status_code=STATUS_CODES.get(span.status.code, "unset"),
+        status_message=span.status.message or None,
+        attributes=key_values(span.attributes),
+        events=[SpanEvent(e.name, unix_ns(e.time_unix_nano, f"events[{i}].timeUnixNano"),
+                          key_values(e.attributes, f"events[{i}].attributes")) for i, e in enumerate(span.events)],
+        links=[{"trace_id": optional_hex_id(link.trace_id, 32, f"links[{i}].traceId"),
+                "span_id": optional_hex_id(link.span_id, 16, f"links[{i}].spanId"),
+                "attributes": key_values(link.attributes, f"links[{i}].attributes")} for i, link in enumerate(span.links)],
+        resource=resource,
+        scope_name=scope.name or None,
+        scope_version=scope.version or None,
+    ))
 
 
-def logs_from_proto(request: ExportLogsServiceRequest) -> Iterator[LogEvent]:
-    for rl in request.resource_logs:
-        for sl in rl.scope_logs:
-            for rec in sl.log_records:
-                yield LogEvent(
-                    event_name=rec.event_name or None,
-                    trace_id=optional_hex_id(rec.trace_id, 32, "traceId"),
-                    span_id=optional_hex_id(rec.span_id, 16, "spanId"),
-                    time_ns=rec.time_unix_nano or rec.observed_time_unix_nano or None,
-                    body=any_value(rec.body),
-                    attributes=key_values(rec.attributes),
-                )
+@guarded
+def log_from_proto(rec: Any) -> LogEvent:
+    return check_log(LogEvent(
+        event_name=rec.event_name or None,
+        trace_id=optional_hex_id(rec.trace_id, 32, "traceId"),
+        span_id=optional_hex_id(rec.span_id, 16, "spanId"),
+        time_ns=unix_ns(rec.time_unix_nano, "timeUnixNano") or unix_ns(rec.observed_time_unix_nano,
+                                                                       "observedTimeUnixNano"),
+        body=any_value(rec.body, 0, "body"),
+        attributes=key_values(rec.attributes),
+    ))
+
+
+def _skip(errors: list[tuple[str, str]] | None, exc: SourceError, record: str) -> None:
+    located = exc.located(within=record)
+    if errors is None:
+        raise located from None
+    errors.append((located.record or record, located.problem))
+
+
+def spans_from_proto(request: ExportTraceServiceRequest, errors: list[tuple[str, str]] | None = None
+                     ) -> Iterator[SpanRecord]:
+    """Every span of a request. With `errors`, a bad span (or resource) is skipped and recorded as
+    (its path, reason); without, the first one raises. Each resource is decoded once."""
+    for i, rs in enumerate(request.resource_spans):
+        try:
+            resource = guarded(key_values)(rs.resource.attributes, "resource.attributes")
+        except SourceError as exc:
+            _skip(errors, exc, f"resource_spans[{i}]")
+            continue
+        for j, ss in enumerate(rs.scope_spans):
+            for k, span in enumerate(ss.spans):
+                try:
+                    yield span_from_proto(span, resource, ss.scope)
+                except SourceError as exc:
+                    _skip(errors, exc, f"resource_spans[{i}].scope_spans[{j}].spans[{k}]")
+
+
+def logs_from_proto(request: ExportLogsServiceRequest, errors: list[tuple[str, str]] | None = None
+                    ) -> Iterator[LogEvent]:
+    """Every log record of a request (`errors` as in `spans_from_proto`)."""
+    for i, rl in enumerate(request.resource_logs):
+        for j, sl in enumerate(rl.scope_logs):
+            for k, rec in enumerate(sl.log_records):
+                try:
+                    yield log_from_proto(rec)
+                except SourceError as exc:
+                    _skip(errors, exc, f"resource_logs[{i}].scope_logs[{j}].log_records[{k}]")

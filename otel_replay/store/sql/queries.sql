@@ -108,3 +108,7 @@ SELECT root_span_id FROM traces WHERE trace_id = ?;
 SELECT trace_id, span_id, parent_span_id, name, span_kind, start_ns, end_ns, status_code, status_message,
        service_name, scope_name, scope_version, attributes, events, links, resource
 FROM spans WHERE trace_id = ? ORDER BY start_ns, span_id;
+
+-- name: compact_rows
+-- Input: view `segment_input` over one day's segments of a job table; every row kept (the views dedupe).
+SELECT * FROM segment_input;

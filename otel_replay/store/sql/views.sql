@@ -1,5 +1,8 @@
--- Views every command sees. The raw tables (span_rows, step_rows, message_rows, capture_stats)
--- are views over the Parquet globs, created by otel_replay.store.catalog before these run.
+-- Views every command sees. The raw tables (span_rows, step_rows, message_rows, capture_stats,
+-- and the job tables) are views over one snapshot of the store's Parquet segments (the segments
+-- listed when the connection opened, minus those a committed compaction replaced: see
+-- otel_replay/store/snapshot.py), created by otel_replay.store.catalog before these run. So a raw
+-- table counts each stored row once, even while a compaction runs.
 
 -- name: spans
 -- One row per span; a span stored twice (re-import, retry) counts once, the newest wins.
