@@ -21,7 +21,10 @@ SELECT * FROM steps WHERE trace_id = ? ORDER BY start_ns, span_id;
 SELECT * FROM traces WHERE trace_id = ?;
 
 -- name: messages_by_hash
-SELECT hash, body FROM messages WHERE hash IN (SELECT unnest(?::VARCHAR[]));
+-- list_contains of a bound list reaches the Parquet scan as a filter (row groups pruned by their
+-- hash ranges); `IN (SELECT unnest(?))` and `= ANY(?)` became a join over every message (13 s
+-- instead of 50 ms for one trajectory in a store of 10^7 spans, `otel-replay bench scale`).
+SELECT hash, body FROM messages WHERE list_contains(?::VARCHAR[], hash);
 
 -- name: capture_totals
 SELECT coalesce(sum(accepted), 0), coalesce(sum(dropped_queue_full), 0), coalesce(sum(skipped), 0)
