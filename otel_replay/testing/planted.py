@@ -130,7 +130,8 @@ def by_chance(final_output: str, rollout: Any = None) -> float:
 def record_planted(store: Any, topology: Topology, model_seed: int = 0) -> str:
     """Run the pipeline agent once with the topology's recorded choices; returns the trace id."""
     model = SimulatedModel(pipeline_script(topology, recording=True), model_seed)
-    with recording(store, f"planted-{topology.name}", model) as (client, tracer):
+    # seeded ids: the same topology and seed give the same trace id, so rollouts (seeded by it) repeat
+    with recording(store, f"planted-{topology.name}", model, ids=f"{topology.name}:{model_seed}") as (client, tracer):
         messages = [{"role": "user", "content": f"Run the {topology.name} task."}]
         _, trace_id = run_tool_loop(client, tracer, topology.name, messages, TOOLS,
                                     recorded_tools(topology, client, tracer), topology.turns + 1)

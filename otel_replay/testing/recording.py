@@ -18,9 +18,30 @@ def enable_content_capture() -> None:
     os.environ.setdefault("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
 
 
+def seeded_ids(seed: str) -> Any:
+    """An OpenTelemetry id generator drawing from `random.Random(seed)`: the same recording gets
+    the same trace id, so everything seeded by the trace id (rollouts) is reproducible."""
+    import random
+
+    from opentelemetry.sdk.trace.id_generator import IdGenerator
+
+    class SeededIds(IdGenerator):
+        def __init__(self) -> None:
+            self._rng = random.Random(seed)
+
+        def generate_span_id(self) -> int:
+            return self._rng.getrandbits(64) or 1
+
+        def generate_trace_id(self) -> int:
+            return self._rng.getrandbits(128) or 1
+
+    return SeededIds()
+
+
 @contextlib.contextmanager
-def recording(store: Any, service: str, model: SimulatedModel) -> Iterator[tuple[Any, Any]]:
-    """Yields (openai client, tracer); on exit every span is in `store`."""
+def recording(store: Any, service: str, model: SimulatedModel, ids: str | None = None) -> Iterator[tuple[Any, Any]]:
+    """Yields (openai client, tracer); on exit every span is in `store`. With `ids`, span and trace
+    ids are drawn from that seed instead of at random."""
     enable_content_capture()
     import openai
     from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
@@ -30,7 +51,8 @@ def recording(store: Any, service: str, model: SimulatedModel) -> Iterator[tuple
     from otel_replay.capture import ReplayProcessor
     from otel_replay.testing.server import SimulatedModelServer
 
-    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider = TracerProvider(resource=Resource.create({"service.name": service}),
+                              **({"id_generator": seeded_ids(ids)} if ids is not None else {}))
     provider.add_span_processor(ReplayProcessor(store))
     instrumentor = OpenAIInstrumentor()
     if instrumentor.is_instrumented_by_opentelemetry:
