@@ -125,7 +125,7 @@ def test_an_interrupted_ray_job_resumed_equals_an_uninterrupted_run(local_ray, p
 def test_cli_batch_job_on_ray_and_its_resume(local_ray, planted):
     root, traces = planted
     args = ["--store", str(root), "attribute", "--where", "service_name = 'planted-single-late'",
-            "--policies", spec("single-late"), "--expect-contains", "OK", "--rollouts", "8", "--engine", "ray",
+            "--policies", spec("single-late"), "--expect-contains", "OK", "--rollouts", "12", "--engine", "ray",
             "--worker-cpus", "0.25"]
     out = CliRunner().invoke(cli, args)
     assert out.exit_code == 0, out.output
