@@ -100,19 +100,25 @@ def _check_tree(requests, store, report):
     assert resource["service.name"] == "otel-replay"
 
 
-def test_export_over_otlp_http_with_the_real_exporter(attributed):
-    store, job_id, report = attributed
+def export_over_http(store, job_id, *options: str) -> list[ExportTraceServiceRequest]:
+    """`otel-replay export --to otlp` over OTLP/HTTP with the real exporter, into a local server;
+    the requests it received."""
     _Capture.requests = []
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Capture)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         out = CliRunner().invoke(cli, ["--store", str(store), "export", "--job", job_id, "--to", "otlp",
-                                       "--otlp-protocol", "http/protobuf",
+                                       "--otlp-protocol", "http/protobuf", *options,
                                        "--otlp-endpoint", f"http://127.0.0.1:{server.server_address[1]}"])
     finally:
         server.shutdown()
     assert out.exit_code == 0, out.output
-    requests = [ExportTraceServiceRequest.FromString(body) for body in _Capture.requests]
+    return [ExportTraceServiceRequest.FromString(body) for body in _Capture.requests]
+
+
+def test_export_over_otlp_http_with_the_real_exporter(attributed):
+    store, job_id, report = attributed
+    requests = export_over_http(store, job_id)
     _check_tree(requests, store, report)
 
 

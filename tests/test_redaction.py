@@ -9,8 +9,6 @@ on disk. Each check reads every stored file back and searches it for the secrets
 from __future__ import annotations
 
 import json
-import threading
-from http.server import ThreadingHTTPServer
 
 import pyarrow.parquet as pq
 import pytest
@@ -18,7 +16,6 @@ from click.testing import CliRunner
 from hypothesis import example, given
 from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import StatusCode
@@ -37,7 +34,7 @@ from otel_replay.replay.verify import verify_factual
 from otel_replay.store.ingest import ingest
 from otel_replay.testing.traces import TraceBuilder
 from tests.helpers import chat_attributes, provider_with
-from tests.test_export import _attrs, _Capture, _spans, attributed  # noqa: F401 - the demo attribution fixture
+from tests.test_export import _attrs, _spans, attributed, export_over_http  # noqa: F401 - the demo attribution fixture
 
 OPENAI = "sk-proj-T3BlbkFJabcdefghijklmnop0123"
 EMAIL = "jane.doe+billing@example.com"
@@ -396,17 +393,7 @@ def test_blame_export_carries_no_payload_unless_asked(attributed):  # noqa: F811
     payload_text = [traj.final_output[:40], *(s.output_text[:40] for s in traj.steps if s.output_text),
                     "A-1024", "A-1042", "delivered on time"]
     assert report["repair"]["valid"] and "A-1042" in json.dumps(report["repair"]["output"])
-    _Capture.requests = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Capture)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        out = CliRunner().invoke(cli, ["--store", str(store), "export", "--job", job_id, "--to", "otlp",
-                                       "--otlp-protocol", "http/protobuf",
-                                       "--otlp-endpoint", f"http://127.0.0.1:{server.server_address[1]}"])
-    finally:
-        server.shutdown()
-    assert out.exit_code == 0, out.output
-    exported = _exported_strings([ExportTraceServiceRequest.FromString(b) for b in _Capture.requests])
+    exported = _exported_strings(export_over_http(store, job_id))
     assert "WHERE Step 0 (llm chat sim-gpt" in exported and "otel_replay.repair" in exported
     leaked = [p for p in payload_text if p and p in exported]
     assert not leaked, f"payload text in exported spans: {leaked}"
