@@ -58,6 +58,9 @@ def _attribute_dict(span: ReadableSpan) -> dict:
     return getattr(attrs, "_dict", attrs)
 
 
+_unmarked = MARKERS.isdisjoint
+
+
 def is_marked(span: ReadableSpan) -> bool:
     """Whether a span carries a GenAI marker attribute."""
     return not MARKERS.isdisjoint(_attribute_dict(span))
@@ -104,6 +107,7 @@ class ReplayProcessor(SpanProcessor):
     def _start_writer(self) -> None:
         max_spans, max_bytes, interval, rows = self._options
         self._queue = SpanQueue(max_spans, max_bytes)
+        self._queue_length, self._max_items = self._queue.length, max_spans  # one attribute hop on the hot path
         self._writer = CaptureWriter(self.store, self._queue, flush_interval_s=interval, flush_rows=rows,
                                      markers=MARKERS, privacy=self.privacy)
         self._wake = self._writer.wake
@@ -120,29 +124,29 @@ class ReplayProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         try:
-            if self._shutdown:
-                return
             try:
                 attrs = span._attributes._dict  # noqa: SLF001 - an SDK span's BoundedAttributes
             except AttributeError:
                 attrs = _attribute_dict(span)
-            if MARKERS.isdisjoint(attrs):
+            if _unmarked(attrs):
                 parent = span._parent  # noqa: SLF001
-                if parent is not None and not parent.is_remote:
+                if parent is not None and not parent[2]:  # SpanContext is a tuple; [2] is is_remote
                     return
-            queue = self._queue
-            if queue.length() >= queue.max_items:  # full: count the drop before any other work
-                queue.dropped += 1
+            if self._queue_length() >= self._max_items:  # full: count the drop before any other work
+                self._queue.dropped += 1
                 return
             # Honest for every convention: every string value counts what it occupies (sizing.py).
             size = SPAN_OVERHEAD + ATTRIBUTE_OVERHEAD * len(attrs) + sum(map(STR_SIZE, filter(IS_STR, attrs.values())))
             if span._events:  # noqa: SLF001 - content events of older conventions carry payloads
                 size += events_size(span._events)  # noqa: SLF001
             # Wake the writer once per backlog: Event.set takes a lock and costs ~1 µs.
-            if queue.put(span, size) >= self._wake_at and not self._wake.is_set():
+            if self._queue.put(span, size) >= self._wake_at and not self._wake.is_set():
                 self._wake.set()
         except Exception:  # noqa: BLE001 - never reach the service
             self.internal_errors += 1
+
+    def _on_end_after_shutdown(self, span: ReadableSpan) -> None:
+        return None
 
     def enqueue_log(self, record: object, size: int) -> None:
         try:
@@ -205,6 +209,7 @@ class ReplayProcessor(SpanProcessor):
             return
         deadline = time.monotonic() + max(timeout_millis, 0) / 1000
         self._shutdown = True
+        self.on_end = self._on_end_after_shutdown  # the hot path then skips even the flag check
         self._writer.stop()
         self._writer.thread.join(max(deadline - time.monotonic(), 0))
 
