@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from otel_replay.normalize.bulk import paused_gc
 from otel_replay.normalize.pipeline import NormalizedSpan, normalize_spans
 from otel_replay.normalize.records import LogEvent, SpanRecord
 from otel_replay.normalize.redact import DEFAULT_PRIVACY
@@ -46,6 +47,12 @@ def ingest(root: StoreLike, spans: Sequence[SpanRecord], logs: Iterable[LogEvent
            skip_existing: bool = False,
            privacy: Callable[[NormalizedSpan], NormalizedSpan] | None = DEFAULT_PRIVACY) -> IngestResult:
     """Normalize, redact and store spans (with their log events) as one atomic set of segments per table."""
+    with paused_gc():
+        return _ingest(root, spans, logs, source=source, skip_existing=skip_existing, privacy=privacy)
+
+
+def _ingest(root: StoreLike, spans: Sequence[SpanRecord], logs: Iterable[LogEvent], *, source: str,
+            skip_existing: bool, privacy: Callable[[NormalizedSpan], NormalizedSpan] | None) -> IngestResult:
     spans = list({(s.trace_id, s.span_id): s for s in spans}.values())  # a span twice in the input: the last copy
     result = IngestResult(traces=len({s.trace_id for s in spans}))
     if skip_existing:

@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from otel_replay.normalize.bulk import paused_gc
 from otel_replay.normalize.records import LogEvent, SpanRecord
 from otel_replay.normalize.sources import (
     jaeger,
@@ -410,7 +411,8 @@ def read(format: str, path: Path) -> SourceBatch:
     if not os.path.lexists(path):
         raise _unreadable(path, "no such file")
     try:
-        return READERS[format](path)
+        with paused_gc():  # parsing builds many containers at once; see normalize.bulk
+            return READERS[format](path)
     except UnreadableFile:
         raise
     except SourceError as exc:  # a document-level error a reader did not locate
