@@ -380,16 +380,16 @@ def sender_main() -> None:
     the receiver answers, and keeps the ids of the spans whose export succeeded (the exporter
     retries 429 / 503 itself); OUT gets those ids, one per line.
     """
-    from otel_replay.bench.capture import _Spans, _Text
+    from otel_replay.bench.spans import SeededText, SyntheticSpans
 
     endpoint, seconds, threads, batch, out = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-    text = _Text(seed=7, corpus_bytes=200_000)
+    text = SeededText(seed=7, corpus_bytes=200_000)
     acked: list[list[str]] = [[] for _ in range(threads)]
     failed = [0] * threads
     deadline = time.monotonic() + seconds
 
     def send(n: int) -> None:
-        spans_source = _Spans(text)
+        spans_source = SyntheticSpans(text)
         exporter = OTLPSpanExporter(endpoint=endpoint, timeout=30)
         while time.monotonic() < deadline:
             spans = spans_source.chat_spans(batch, 1024, distinct=True)

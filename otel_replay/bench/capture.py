@@ -20,12 +20,7 @@ Measured:
 from __future__ import annotations
 
 import gc
-import itertools
-import json
 import logging
-import os
-import platform
-import random
 import shutil
 import statistics
 import tempfile
@@ -35,13 +30,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.trace import SpanKind, Tracer
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from otel_replay.bench.machine import load_average, machine_info
+from otel_replay.bench.spans import TURNS, NoopExporter, SeededText, SyntheticSpans, payload_bytes
 from otel_replay.capture import ReplayProcessor
-from otel_replay.normalize.content import PAYLOAD_ATTRIBUTES
 
 BASELINE = "BatchSpanProcessor (no-op exporter)"
 FLUSH_TIMEOUT_MS = 300_000
@@ -68,7 +62,6 @@ FULL = Sizes(spans_per_round=1000, rounds=150, busy_round_ms=60.0, busy_rounds=9
              writer_spans=5000, writer_rounds=3, agent_runs=40, corpus_bytes=8_000_000)
 QUICK = Sizes(spans_per_round=200, rounds=12, busy_round_ms=25.0, busy_rounds=3, flood_spans=250,
               writer_spans=300, writer_rounds=1, agent_runs=2, corpus_bytes=300_000)
-TURNS = 20
 
 # metric key -> (label, unit, target, comparison); the target applies to ReplayProcessor.
 METRICS: dict[str, tuple[str, str, float | None, str]] = {
@@ -83,167 +76,6 @@ METRICS: dict[str, tuple[str, str, float | None, str]] = {
     "stored_bytes_per_step": ("20-turn loop: stored bytes per step", "bytes", None, ""),
     "stored_vs_raw": ("20-turn loop: stored / raw payload", "x", 0.3, "<="),
 }
-
-
-# -- spans ---------------------------------------------------------------------------------------
-class NoopExporter(SpanExporter):
-    """The baseline's exporter: accepts every batch and does nothing."""
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        return SpanExportResult.SUCCESS
-
-    def shutdown(self) -> None:
-        return None
-
-
-class _Collector(SpanProcessor):
-    """Keeps the ended spans the provider hands to its processors."""
-
-    def __init__(self) -> None:
-        self.spans: list[ReadableSpan] = []
-
-    def on_end(self, span: ReadableSpan) -> None:
-        self.spans.append(span)
-
-    def take(self) -> list[ReadableSpan]:
-        spans, self.spans = self.spans, []
-        return spans
-
-
-class _Text:
-    """Seeded text with a Zipf-like word distribution, so zstd sees something like prose."""
-
-    def __init__(self, seed: int, corpus_bytes: int) -> None:
-        self.rng = random.Random(seed)
-        syllables = [a + b for a in "bcdfghklmnprstvw" for b in "aeiou"] + ["th", "st", "er", "an", "ing"]
-        self._words = ["".join(self.rng.choices(syllables, k=self.rng.randint(1, 4))) for _ in range(4000)]
-        self._cum = list(itertools.accumulate(1.0 / (rank + 1) for rank in range(len(self._words))))
-        self._corpus = self.words(corpus_bytes)
-
-    def words(self, nbytes: int) -> str:
-        """Fresh text of about `nbytes` (slow: for the storage part and shared prompts)."""
-        picked = self.rng.choices(self._words, cum_weights=self._cum, k=nbytes // 5 + 2)
-        return " ".join(picked)[:nbytes]
-
-    def snippet(self, nbytes: int, tag: str) -> str:
-        """Distinct text of about `nbytes`, cut from the corpus (fast: for large span pools)."""
-        start = self.rng.randrange(max(len(self._corpus) - nbytes, 1))
-        return f"{tag} {self._corpus[start:start + nbytes]}"
-
-
-class _Spans:
-    """Real SDK spans, ended through a `TracerProvider` whose processors collect them."""
-
-    def __init__(self, text: _Text, processors: Sequence[SpanProcessor] = ()) -> None:
-        self.text = text
-        self.collector = _Collector()
-        self.provider = TracerProvider(resource=Resource.create({"service.name": "bench-agent"}))
-        for processor in processors:
-            self.provider.add_span_processor(processor)
-        self.provider.add_span_processor(self.collector)
-        self.tracer: Tracer = self.provider.get_tracer("otel_replay.bench")
-        self._system = {"role": "system", "parts": [{"type": "text", "content": text.words(1000)}]}
-
-    def chat_payload(self, nbytes: int, tag: str) -> tuple[str, str]:
-        """`gen_ai.input.messages` and `gen_ai.output.messages` of about `nbytes` together."""
-        scale = max(nbytes - 1200, 400) / 2800
-        call = f"call_{tag}"
-        inputs = [
-            self._system,
-            {"role": "user", "parts": [{"type": "text", "content": self.text.snippet(int(800 * scale), tag)}]},
-            {"role": "assistant", "parts": [{"type": "tool_call", "id": call, "name": "search_orders",
-                                             "arguments": {"query": self.text.snippet(int(200 * scale), tag)}}]},
-            {"role": "tool", "parts": [{"type": "tool_call_response", "id": call,
-                                        "response": self.text.snippet(int(1300 * scale), tag)}]},
-        ]
-        outputs = [{"role": "assistant", "finish_reason": "stop",
-                    "parts": [{"type": "text", "content": self.text.snippet(int(500 * scale), tag)}]}]
-        return json.dumps(inputs), json.dumps(outputs)
-
-    def chat_spans(self, count: int, payload_bytes: int, *, distinct: bool) -> list[ReadableSpan]:
-        """Chat spans under an invoke_agent root; `distinct` gives each its own payload."""
-        shared = self.chat_payload(payload_bytes, "shared")
-        with self.tracer.start_as_current_span(
-            "invoke_agent bench", attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "bench"}
-        ):
-            for i in range(count):
-                inputs, outputs = self.chat_payload(payload_bytes, f"s{i}") if distinct else shared
-                self.tracer.start_span("chat gpt-4o", kind=SpanKind.CLIENT, attributes={
-                    "gen_ai.operation.name": "chat",
-                    "gen_ai.provider.name": "openai",
-                    "gen_ai.request.model": "gpt-4o",
-                    "gen_ai.response.model": "gpt-4o-2024-08-06",
-                    "gen_ai.usage.input_tokens": payload_bytes // 4,
-                    "gen_ai.usage.output_tokens": 120,
-                    "gen_ai.response.finish_reasons": ("stop",),
-                    "gen_ai.input.messages": inputs,
-                    "gen_ai.output.messages": outputs,
-                }).end()
-        return self.collector.take()[:-1]  # the root ends last
-
-    def http_spans(self, count: int) -> list[ReadableSpan]:
-        """Plain HTTP client spans with 8 attributes, children of a server span: ignored by Replay."""
-        with self.tracer.start_as_current_span("GET /orders", kind=SpanKind.SERVER):
-            for i in range(count):
-                self.tracer.start_span("GET", kind=SpanKind.CLIENT, attributes={
-                    "http.request.method": "GET",
-                    "url.full": f"https://inventory.internal/items/{i}?expand=stock",
-                    "url.scheme": "https",
-                    "server.address": "inventory.internal",
-                    "server.port": 443,
-                    "http.response.status_code": 200,
-                    "network.protocol.version": "1.1",
-                    "user_agent.original": "python-httpx/0.28.1",
-                }).end()
-        return self.collector.take()[:-1]
-
-    def agent_run(self, run: int) -> None:
-        """One 20-turn agent loop: each turn a chat span resending the history, then a tool span."""
-        text, rng = self.text, self.text.rng
-        history: list[dict[str, Any]] = [
-            self._system, {"role": "user", "parts": [{"type": "text", "content": text.words(rng.randint(300, 600))}]},
-        ]
-        with self.tracer.start_as_current_span("invoke_agent support_agent", attributes={
-            "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "support_agent",
-            "gen_ai.provider.name": "openai", "gen_ai.conversation.id": f"conv-{run}",
-        }):
-            for turn in range(TURNS):
-                call_id, tool = f"call_{run}_{turn}", rng.choice(["search_orders", "get_invoice", "lookup_customer"])
-                arguments = {"query": text.words(rng.randint(150, 350)), "limit": 5}
-                assistant = {"role": "assistant", "parts": [
-                    {"type": "text", "content": text.words(rng.randint(100, 400))},
-                    {"type": "tool_call", "id": call_id, "name": tool, "arguments": arguments},
-                ]}
-                with self.tracer.start_as_current_span("chat gpt-4o", kind=SpanKind.CLIENT, attributes={
-                    "gen_ai.operation.name": "chat", "gen_ai.provider.name": "openai",
-                    "gen_ai.request.model": "gpt-4o", "gen_ai.response.model": "gpt-4o-2024-08-06",
-                    "gen_ai.usage.input_tokens": 250 * (turn + 2), "gen_ai.usage.output_tokens": 90,
-                    "gen_ai.response.finish_reasons": ("tool_calls",),
-                    "gen_ai.input.messages": json.dumps(history),
-                    "gen_ai.output.messages": json.dumps([{**assistant, "finish_reason": "tool_calls"}]),
-                }):
-                    pass
-                result = text.words(rng.randint(300, 1500))
-                with self.tracer.start_as_current_span(f"execute_tool {tool}", attributes={
-                    "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
-                    "gen_ai.tool.call.id": call_id, "gen_ai.tool.call.arguments": json.dumps(arguments),
-                    "gen_ai.tool.call.result": result,
-                }):
-                    pass
-                history.append(assistant)
-                history.append({"role": "tool", "parts": [
-                    {"type": "tool_call_response", "id": call_id, "response": result},
-                ]})
-
-
-def payload_bytes(spans: Sequence[ReadableSpan]) -> int:
-    """UTF-8 bytes of the payload attributes (messages, tool arguments and results)."""
-    total = 0
-    for span in spans:
-        for key, value in (span.attributes or {}).items():
-            if key in PAYLOAD_ATTRIBUTES and isinstance(value, str):
-                total += len(value.encode("utf-8"))
-    return total
 
 
 # -- timing --------------------------------------------------------------------------------------
@@ -309,7 +141,7 @@ def _paired(replay_ns: list[float], batch_ns: list[float]) -> dict[str, Any]:
 
 
 # -- the five parts ------------------------------------------------------------------------------
-def bench_on_end(spans: _Spans, sizes: Sizes, store: Path) -> dict[str, dict[str, Any]]:
+def bench_on_end(spans: SyntheticSpans, sizes: Sizes, store: Path) -> dict[str, dict[str, Any]]:
     """Per-call cost of `on_end` with the background threads asleep; queues emptied between rounds."""
     n = sizes.spans_per_round
     shapes = {
@@ -342,7 +174,7 @@ def bench_on_end(spans: _Spans, sizes: Sizes, store: Path) -> dict[str, dict[str
     return out
 
 
-def bench_dropping(spans: _Spans, sizes: Sizes, store: Path) -> dict[str, Any]:
+def bench_dropping(spans: SyntheticSpans, sizes: Sizes, store: Path) -> dict[str, Any]:
     """`on_end` while the queue is full: both processors hold one span and drop the rest."""
     shape = spans.chat_spans(sizes.spans_per_round, 4096, distinct=False)
     replay = ReplayProcessor(store, max_queue_spans=1, flush_interval_s=IDLE_INTERVAL_S)
@@ -452,10 +284,10 @@ def bench_writer(pool: list[ReadableSpan], sizes: Sizes, store: Path) -> dict[st
     }
 
 
-def bench_storage(text: _Text, sizes: Sizes, store: Path) -> dict[str, Any]:
+def bench_storage(text: SeededText, sizes: Sizes, store: Path) -> dict[str, Any]:
     """Store bytes on disk per step for 20-turn agent runs, against their raw payload bytes."""
     replay = ReplayProcessor(store)
-    spans = _Spans(text, processors=[replay])
+    spans = SyntheticSpans(text, processors=[replay])
     try:
         for run in range(sizes.agent_runs):
             spans.agent_run(run)
@@ -500,31 +332,6 @@ def _otlp_bytes(spans: Sequence[ReadableSpan]) -> tuple[int, int] | None:
 
 
 # -- the whole run -------------------------------------------------------------------------------
-def _machine() -> dict[str, Any]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    def package(name: str) -> str:
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            return "not installed"
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpus": os.cpu_count(), "cpu_model": cpu, "python": platform.python_version(),
-        "implementation": platform.python_implementation(), "platform": platform.platform(terse=True),
-        "opentelemetry_sdk": package("opentelemetry-sdk"), "pyarrow": package("pyarrow"),
-        "load_avg_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-    }
-
-
 def _finish(metrics: dict[str, dict[str, Any]]) -> None:
     """Add label, unit, target and pass mark to every metric."""
     for key, (label, unit, target, op) in METRICS.items():
@@ -542,18 +349,18 @@ def run_capture_bench(quick: bool = False, store_dir: Path | None = None) -> dic
     """
     sizes = QUICK if quick else FULL
     started = time.perf_counter()
-    machine = _machine()
+    machine = machine_info()
     root = Path(store_dir) if store_dir is not None else Path(tempfile.mkdtemp(prefix="otel-replay-bench-"))
     try:
-        text = _Text(seed=7, corpus_bytes=sizes.corpus_bytes)
-        spans = _Spans(text)
+        text = SeededText(seed=7, corpus_bytes=sizes.corpus_bytes)
+        spans = SyntheticSpans(text)
         on_end = bench_on_end(spans, sizes, root / "on_end")
         dropping = bench_dropping(spans, sizes, root / "dropping")
         pool = spans.chat_spans(max(sizes.flood_spans * sizes.busy_rounds, sizes.writer_spans), 4096, distinct=True)
         slowdown = bench_slowdown(pool, sizes, root / "slowdown")
         writer = bench_writer(pool, sizes, root / "writer")
         del pool
-        storage = bench_storage(_Text(seed=11, corpus_bytes=0), sizes, root / "storage")
+        storage = bench_storage(SeededText(seed=11, corpus_bytes=0), sizes, root / "storage")
         spans.provider.shutdown()
     finally:
         if store_dir is None:
@@ -569,7 +376,7 @@ def run_capture_bench(quick: bool = False, store_dir: Path | None = None) -> dic
         "stored_vs_raw": storage.pop("stored_vs_raw"),
     }
     _finish(metrics)
-    machine["load_avg_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    machine["load_avg_end"] = load_average()
     return {
         "quick": quick,
         "baseline": BASELINE,

@@ -22,7 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from otel_replay.bench.capture import _machine, _Spans, _Text
+from otel_replay.bench.machine import machine_info
+from otel_replay.bench.spans import SeededText, SyntheticSpans
 from otel_replay.capture.receiver import OtlpReceiver
 
 BASELINE = "stdlib HTTP server that discards the body"
@@ -61,7 +62,7 @@ def client_main() -> None:
     from opentelemetry.sdk.trace.export import SpanExportResult
 
     count, batch = int(sys.argv[1]), int(sys.argv[2])
-    spans = _Spans(_Text(seed=7, corpus_bytes=2_000_000)).chat_spans(count, PAYLOAD_BYTES, distinct=True)
+    spans = SyntheticSpans(SeededText(seed=7, corpus_bytes=2_000_000)).chat_spans(count, PAYLOAD_BYTES, distinct=True)
     batches = [spans[i:i + batch] for i in range(0, count, batch)]
     request_bytes = sum(len(encode_spans(b).SerializeToString()) for b in batches)
     print(f"ready {request_bytes}", flush=True)
@@ -155,7 +156,7 @@ def run_receiver_bench(quick: bool = False, store_dir: Path | None = None) -> di
     """
     sizes = QUICK if quick else FULL
     started = time.perf_counter()
-    machine = _machine()
+    machine = machine_info()
     root = Path(store_dir) if store_dir is not None else Path(tempfile.mkdtemp(prefix="otel-replay-bench-"))
     client = _Client(sizes)
     rounds: list[dict[str, Any]] = []
