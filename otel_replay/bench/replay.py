@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from otel_replay.bench.machine import load_average
 from otel_replay.normalize.records import SpanRecord
 from otel_replay.replay import ReplayPlan, replay
 from otel_replay.replay.policies import Registry
@@ -241,6 +242,7 @@ def _mean_ns(fn: Callable[[], Any], calls: int) -> float:
 
 def run_replay_bench(quick: bool = False) -> dict[str, Any]:
     sizes = QUICK if quick else FULL
+    load, started = load_average(), time.perf_counter()
     ar = anchor_module()
     rows = []
     for steps in STEP_COUNTS:
@@ -273,7 +275,8 @@ def run_replay_bench(quick: bool = False) -> dict[str, Any]:
                          "ratio": us["otel-replay"] / anchor_us if anchor_us else None})
     return {"quick": quick, "rounds": sizes.rounds, "rows": rows, "target_ratio": TARGET_RATIO,
             "python": f"{platform.python_implementation()} {platform.python_version()}",
-            "machine": f"{platform.system()} {platform.machine()}",
+            "machine": f"{platform.system()} {platform.machine()}", "load_avg_start": load,
+            "seconds": time.perf_counter() - started,
             "agent_replay": _anchor_version(ar), "agent_replay_skipped": None if ar is not None else
             f"agent_replay not importable in this interpreter: skipped (install it with `{ANCHOR_INSTALL}`)"}
 
@@ -294,8 +297,11 @@ def format_replay_table(result: dict[str, Any]) -> str:
         ratio = f"{r['ratio']:.2f}" if r["ratio"] is not None else "skipped"
         lines.append(f"| {r['steps']} | {r['mode']} | {r['otel_replay_us_per_step']:.1f} | {theirs} | {ratio} |")
     lines.append("")
+    load = result.get("load_avg_start")
+    load_text = f", load average at start {', '.join(f'{x:.2f}' for x in load)}" if load else ""
     lines.append(f"Median of {result['rounds']:,} rounds per cell, each a batch of consecutive replays per engine; "
-                 f"instant policies, so this is engine overhead. {result['python']}, {result['machine']}.")
+                 f"instant policies, so this is engine overhead. {result['python']}, {result['machine']}{load_text}; "
+                 f"{'quick' if result['quick'] else 'full'} run, {result.get('seconds', 0):.1f} s.")
     if skipped:
         lines.append(skipped + ".")
         return "\n".join(lines)

@@ -35,25 +35,39 @@ class Registry:
     """Policies by `kind` and `kind:name`."""
 
     _by_key: dict[str, Policy] = field(default_factory=dict)
+    # resolve()'s answers (a rollout resolves once per policy call); replaced, never cleared, on a
+    # change, so a resolve racing with register() can only fill the discarded dict
+    _resolved: dict[tuple[str, str | None, str | None], Policy | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     def register(self, kind: str, name: str | None, fn: Policy) -> Policy:
         if kind not in KINDS:
             raise PolicyError(f"unknown step kind {kind!r}; use one of {', '.join(KINDS)}")
         self._by_key[f"{kind}:{name}" if name else kind] = fn
+        self._resolved = {}
         return fn
 
     def resolve(self, kind: str, name: str | None, model: str | None = None) -> Policy | None:
         """`kind:name`, then `kind:model` (llm steps), then `kind`; None when nothing applies."""
+        resolved = self._resolved
+        try:
+            return resolved[kind, name, model]
+        except KeyError:
+            pass
+        fn = None
         for key in (f"{kind}:{name}" if name else None, f"{kind}:{model}" if model else None, kind):
             if key and key in self._by_key:
-                return self._by_key[key]
-        return None
+                fn = self._by_key[key]
+                break
+        resolved[kind, name, model] = fn
+        return fn
 
     def keys(self) -> list[str]:
         return sorted(self._by_key)
 
     def clear(self) -> None:
         self._by_key.clear()
+        self._resolved = {}
 
     def copy(self) -> Registry:
         return Registry(dict(self._by_key))
