@@ -7,7 +7,10 @@ reported workdir; replay it with `python -m otel_replay.testing.fuzzing TARGET C
 
 from __future__ import annotations
 
+import shutil
 import sys
+import threading
+import time
 
 import pytest
 
@@ -24,6 +27,8 @@ def test_fuzzing_finds_no_crash(target):
     pytest.importorskip("atheris")
     result = fuzzing.run_target(target, SECONDS_PER_TARGET)
     assert result["crashes"] == 0, f"{target}: {result.get('failure')}\nreproducer in {result.get('workdir')}"
+    assert "harness_error" not in result, f"{target}: the fuzzer did not run (no input is implicated): " \
+                                          f"{result['harness_error']}"
     assert result["inputs"] > 100 and result["seconds"] >= SECONDS_PER_TARGET - 1, result
 
 
@@ -47,3 +52,35 @@ def test_every_target_accepts_its_own_seeds(tmp_path):
         assert len(seeds) >= 5, name
         for seed in seeds:
             run(seed)
+
+
+@pytest.mark.skipif(not FIXTURES.exists(), reason=f"shared fixtures (the seed corpora) not found at {FIXTURES}")
+def test_a_fuzzer_that_cannot_start_is_a_harness_failure_said_plainly_and_retried(tmp_path):
+    """What happened once in the full bench: the work directory was removed (a clean-up of the shared
+    temp directory) while the fuzzer started, so libFuzzer found no corpus and exited. That is not a
+    crash; the harness says why and starts the target again."""
+    pytest.importorskip("atheris")
+    from otel_replay.testing import fuzz_seeds
+
+    workdir = tmp_path / "work"
+    last_seed = workdir / "corpus" / f"seed-{len(fuzz_seeds.corpus('receiver_json')) - 1:03d}"
+    removed = threading.Event()
+
+    def clean_up_once() -> None:
+        deadline = time.monotonic() + 60
+        while not last_seed.exists() and time.monotonic() < deadline:
+            time.sleep(0.002)
+        time.sleep(0.05)  # the fuzzer is starting: its instrumented imports take a second or more
+        shutil.rmtree(workdir / "corpus")
+        removed.set()
+
+    thread = threading.Thread(target=clean_up_once, daemon=True)
+    thread.start()
+    result = fuzzing.run_target("receiver_json", 2, workdir)
+    thread.join()
+    assert removed.is_set()
+    assert result["crashes"] == 0 and "harness_error" not in result and result["attempts"] == 2, result
+    (first,) = result["harness_retries"]
+    assert first.startswith("the fuzzer exited with code 1 without finishing, before its first input"), first
+    assert "does not exist" in first and f"the corpus directory {workdir / 'corpus'} is gone" in first, first
+    assert result["inputs"] > 100, result  # the second attempt fuzzed

@@ -162,7 +162,8 @@ def test_force_flush_ends_under_a_flood_that_never_lets_the_queue_empty(tmp_path
 
 
 def test_bytes_the_writer_took_stay_held_until_it_releases_them():
-    queue = SpanQueue(max_items=100, max_bytes=1000)
+    queue = SpanQueue(max_items=100, max_bytes=4000)
+    assert queue.max_bytes == 1000  # a cap this small leaves the queue a quarter of it
     assert queue.offer("a", 600) and not queue.offer("b", 600)  # over the cap: refused and counted
     assert [item for item, _ in queue.take(10)] == ["a"]
     assert queue.queued_bytes == 600 and not queue.offer("c", 600)  # taken, not yet written: still held
@@ -206,17 +207,19 @@ def _assert_survived(result: dict) -> None:
 
 @pytest.mark.slow
 def test_memory_stays_bounded_under_ten_times_overload_for_a_minute(tmp_path):
-    cap = 32 * MB
-    result = run_overload(tmp_path / "store", seconds=60, cap_bytes=cap, payload_bytes=32_768, factor=10)
+    """The cap bounds resident memory: RSS sampled every 50 ms through 60 s of a 10x overload never
+    grows more than the cap (64 MB) over its level just before the overload (after a warm-up)."""
+    cap = 64 * MB
+    result = run_overload(tmp_path / "store", seconds=60, cap_bytes=cap, payload_bytes=131_072, factor=10)
     context = json.dumps(result, indent=1)
     assert result["exceptions"] == [] and result["internal_errors"] == 0, context
-    assert result["offered_spans_per_s"] >= 8 * result["writer_spans_per_s"], context  # really overloaded
+    assert result["offered_spans_per_s"] >= 8 * result["writer_spans_per_s"], context  # really overloaded:
+    assert result["offered_spans_per_s"] >= 10 * result["accepted_spans_per_s"], context  # both ways
     assert result["dropped"] > result["accepted"] > 0, context
     assert result["dropped"] + result["accepted"] == result["offered"], context
     assert result["written"] == result["accepted"], context  # nothing accepted was lost
-    assert result["peak_held_bytes"] <= cap, context
-    # resident growth: the cap, the batch being written once more, fixed-size caches; and flat over time
-    assert result["rss_growth"] <= 2 * cap + 128 * MB, context
+    assert result["peak_held_bytes"] <= result["queue_bytes"] <= cap - result["reserved_bytes"], context
+    assert result["rss_growth"] <= cap, context  # everything: queue, the batch being written, every cache
     timeline = result["rss_growth_timeline"]
-    assert timeline[-1] - timeline[0] <= 32 * MB, context
+    assert timeline[-1] - timeline[0] <= 32 * MB, context  # and flat over time
     assert result["max_end_ms"] < 2000, context

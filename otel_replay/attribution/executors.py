@@ -1,8 +1,9 @@
 """Where rollouts run: a thread pool in this process, or Ray actors on a cluster.
 
 Every rollout is a pure function of (trajectory, plan, seed), so an executor only decides where
-`RolloutRunner._one` runs. Rows come back to the driver, which records and writes them as they
-arrive, so resuming, the store and the results are the same whichever engine ran them.
+`RolloutRunner.rollout` runs. Rows come back to the driver, which records them (`RolloutRunner.record`:
+redacts policy-made text, remembers them) and writes them as they arrive, so resuming, the store
+and the results are the same whichever engine ran them.
 
 Ray workers are actors (long-lived worker processes, so Ray does not stop and restart idle
 ones between batches). They cannot receive closures: each rebuilds the policy registry from
@@ -127,7 +128,7 @@ def run_rollouts(job: WorkerJob, trajectory: Trajectory, specs: list[RolloutSpec
     budget: Any = Budget(None) if counter is None else ActorBudget(counter, job.limit)
     runner = RolloutRunner(job.job_id, registry, verifier, job.threshold, job.seed, 1, budget, job.credit,
                            job.max_steps, policy_timeout_s=job.policy_timeout_s)
-    return [runner._one(trajectory, spec) for spec in specs], budget.spent
+    return [runner.rollout(trajectory, spec) for spec in specs], budget.spent  # the driver records them
 
 
 class BudgetCounter:
@@ -269,9 +270,7 @@ class RayExecutor:
                 if counter is None:
                     runner.budget.spent += spent
                 for offset, row in enumerate(got):
-                    rows[start + offset] = row
-                    if row is not None:
-                        _record(runner, row)
+                    rows[start + offset] = None if row is None else runner.record(row)  # redacted, remembered
         finally:
             for pending in running:
                 with contextlib.suppress(Exception):  # a running chunk finishes on its worker; its rows are dropped
@@ -279,13 +278,6 @@ class RayExecutor:
             if counter is not None:  # the actor's count is the truth (a retried chunk spends again)
                 runner.budget.spent = ray.get(counter.total.remote())
         return rows
-
-
-def _record(runner: RolloutRunner, row: Row) -> None:
-    """What `_one` does with a row in the process that owns the job: remember it and hand it on."""
-    runner.done[(row["trace_id"], row["plan"], row["rollout"])] = row
-    if runner.on_row:
-        runner.on_row(row)
 
 
 def _cause(exc: Any) -> BaseException:

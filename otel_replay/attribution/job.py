@@ -5,6 +5,11 @@ A job's rollouts, results and state are Parquet segments in the store (tables `r
 resumes by skipping the rollouts it already has (each is a pure function of trace, plan, seed).
 One process at a time runs a given job id (`lock.JobLock`); jobs with different ids share a store
 freely, since every row is keyed by its job id.
+
+Text produced by policies (rollout outputs, error messages, repair candidates) is redacted before
+it is stored, as capture and imports redact what they store: the built-in detectors by default,
+a rules file (`redact_rules`, the format of `--redact-rules`), or nothing (`redact=False`). The
+setting is a job parameter, so a resumed job redacts as it did.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from otel_replay.attribution.executors import Executor
 from otel_replay.attribution.lock import JobLock, JobLocked
 from otel_replay.attribution.result import AttributionResult, explain, step_rows
 from otel_replay.attribution.rollouts import Budget, RolloutRunner, RolloutSpec
+from otel_replay.normalize.redact import RedactionConfigError, Redactor
 from otel_replay.replay import ReplayPlan
 from otel_replay.replay.engine import DEFAULT_POLICY_TIMEOUT_S
 from otel_replay.replay.policies import Registry
@@ -59,6 +65,8 @@ class JobParams:
     shapley_permutations: int = 20
     policy_timeout_s: float | None = DEFAULT_POLICY_TIMEOUT_S  # per policy call; None: no limit
     search: str = "scan"  # contrastive search: scan every step backwards, or gallop (blocks, then bisection)
+    redact: bool = True  # redact policy-made text before it is stored (the built-in detectors) ...
+    redact_rules: str | None = None  # ... or with these rules (a YAML or JSON file, as `--redact-rules`)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -73,6 +81,18 @@ def build_verifier(spec: str) -> verifiers.Verifier:
     if kind == "json-schema":
         return verifiers.expect_json_schema(Path(value))
     return verifiers.load(spec)
+
+
+def build_redactor(redact: bool, rules: str | None) -> Redactor | None:
+    """The redactor a job applies to policy-made text; a bad rules file is an AttributionError."""
+    if rules is not None and not redact:
+        raise AttributionError("give redaction rules or turn redaction off, not both")
+    if rules is None:
+        return Redactor() if redact else None
+    try:
+        return Redactor.from_file(rules)
+    except RedactionConfigError as exc:
+        raise AttributionError(f"redaction rules: {exc}") from None
 
 
 def select_traces(store: Store, predicate: str) -> list[str]:
@@ -123,6 +143,7 @@ class Job:
 
     def __post_init__(self) -> None:
         self.verifier = build_verifier(self.params.verifier)
+        self.redactor = build_redactor(self.params.redact, self.params.redact_rules)
         self.progress = JobProgress()
         self.budget = Budget(self.params.max_policy_calls)
         self.errored = 0  # rollouts whose policy raised or timed out (stored, never scored)
@@ -132,6 +153,8 @@ class Job:
 
     # -- storage ----------------------------------------------------------------------------------
     def _state(self, status: str, message: str | None = None) -> None:
+        if message and self.redactor is not None:  # it may quote a policy's error
+            message = self.redactor.text(message)[0]
         write_rows(self.store.root, "job_rows", [{
             "job_id": self.job_id, "created_ns": self.created_ns, "updated_ns": time.time_ns(), "status": status,
             "params": self.params.to_json(), "traces": len(self.params.trace_ids),
@@ -200,7 +223,7 @@ class Job:
                 runner = RolloutRunner(self.job_id, self.registry, self.verifier, self.params.threshold,
                                        self.params.seed, self.params.concurrency, self.budget, self.params.credit,
                                        on_row=self._on_row, policy_timeout_s=self.params.policy_timeout_s,
-                                       executor=self.executor)
+                                       executor=self.executor, redactor=self.redactor)
                 runner.done = {k: v for k, v in done.items() if k[0] == trace_id}
                 results.append(self.attribute(self.store.trajectory(trace_id), runner))
                 self.progress.traces_done += 1

@@ -4,6 +4,9 @@ Candidates come from the culprit's outputs in re-decided rollouts that passed (a
 optional proposer policy). Each is forced at the culprit with later steps re-decided; a candidate
 is valid when its failure rate's exact (Clopper-Pearson) upper bound is below 0.5 (it fixes the run more often than not,
 with confidence). Among valid ones the least drift from the original output wins.
+
+Candidates from rollouts are their stored (redacted) outputs; a proposer's candidates are
+redacted too before a repair keeps them, so no repair carries a secret a policy produced.
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ def search(trajectory: Trajectory, runner: RolloutRunner, culprit: int, resampla
             continue
         k = sum(1 for r in scored if r["failed"])
         low, high = stats.clopper_pearson(k, len(scored))
-        tried.append(Repair(culprit, candidate, k / len(scored), float(low), float(high), len(scored),
+        output = runner.redact(candidate)  # what the report stores
+        tried.append(Repair(culprit, output, k / len(scored), float(low), float(high), len(scored),
                             drift(original, candidate), bool(high < 0.5)))
     return sorted(tried, key=lambda r: (not r.valid, r.drift, r.fail_rate))

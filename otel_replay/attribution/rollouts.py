@@ -4,6 +4,11 @@ Every rollout is a pure function of (trajectory, plan, seed), so the executor is
 (`executors.py`: a thread pool in this process by default, or Ray workers).
 Each policy call is cut off after `policy_timeout_s`; a rollout whose policy raised or timed out
 is `errored`: stored, never scored, so it counts as neither a pass nor a fail.
+
+Text the policies produced (the final output, the culprit step's output, an error message) is
+redacted with the job's `Redactor` when a rollout is recorded, before anything keeps or stores it:
+the verifier scores the text as produced, and the rows (in memory, on disk, on resume) are the
+same redacted ones, so a resumed job still equals an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -19,11 +24,14 @@ import xxhash
 
 from otel_replay.attribution import verifiers
 from otel_replay.attribution.executors import Executor, LocalExecutor
+from otel_replay.normalize.redact import Redactor
 from otel_replay.replay import ReplayPlan, replay
 from otel_replay.replay.engine import DEFAULT_POLICY_TIMEOUT_S
 from otel_replay.replay.guard import CallRefused
 from otel_replay.replay.policies import Registry
 from otel_replay.trajectory import Trajectory
+
+FINAL_OUTPUT_CHARS = 2000  # of a rollout's final output kept in its row (after redaction)
 
 
 class BudgetExhausted(CallRefused):
@@ -85,7 +93,8 @@ class RolloutRunner:
     def __init__(self, job_id: str, registry: Registry, verifier: verifiers.Verifier, threshold: float,
                  seed: int, concurrency: int, budget: Budget, credit: bool = False, max_steps: int = 64,
                  on_row: Callable[[dict[str, Any]], None] | None = None,
-                 policy_timeout_s: float | None = DEFAULT_POLICY_TIMEOUT_S, executor: Executor | None = None) -> None:
+                 policy_timeout_s: float | None = DEFAULT_POLICY_TIMEOUT_S, executor: Executor | None = None,
+                 redactor: Redactor | None = None) -> None:
         self.job_id = job_id
         self.registry = BudgetedRegistry(registry, budget)
         self.verifier = verifier
@@ -98,6 +107,7 @@ class RolloutRunner:
         self.on_row = on_row
         self.policy_timeout_s = policy_timeout_s
         self.executor = executor or LocalExecutor(self.concurrency)
+        self.redactor = redactor  # None: policy output is stored as produced
         self.done: dict[tuple[str, str, int], dict[str, Any]] = {}  # finished rollouts (resume)
 
     def can_resample(self, trajectory: Trajectory, index: int) -> bool:
@@ -117,6 +127,11 @@ class RolloutRunner:
         return [r for r in rows if r is not None]
 
     def _one(self, trajectory: Trajectory, spec: RolloutSpec) -> dict[str, Any] | None:
+        row = self.rollout(trajectory, spec)
+        return None if row is None else self.record(row)
+
+    def rollout(self, trajectory: Trajectory, spec: RolloutSpec) -> dict[str, Any] | None:
+        """Run one rollout and score it; its row as produced (`record` finishes it). Runs anywhere."""
         if self.budget.exhausted:
             return None
         key = spec.plan.key()
@@ -135,10 +150,29 @@ class RolloutRunner:
             "unreplayable": run.unreplayable is not None and not run.errored, "errored": run.errored,
             "reason": str(run.unreplayable) if run.unreplayable else None,
             "policy_calls": run.policy_calls, "tokens": run.tokens, "diverged_at": run.diverged_at,
-            "duration_ms": (time.perf_counter() - started) * 1000, "final_output": run.final_output[:2000],
+            "duration_ms": (time.perf_counter() - started) * 1000, "final_output": run.final_output,
             "digest": run.digest, "detail": json.dumps({"step_output": culprit_output}) if culprit_output else None,
         }
-        self.done[(trajectory.trace_id, key, spec.rollout)] = row
+        return row
+
+    def record(self, row: dict[str, Any]) -> dict[str, Any]:
+        """Redact the row's policy-made text (in place: every holder sees the stored row), cut the final
+        output to `FINAL_OUTPUT_CHARS`, remember the row and hand it on; in the process that owns the job."""
+        redactor = self.redactor
+        if redactor is not None:
+            row["final_output"] = redactor.text(row["final_output"])[0]
+            if row["reason"]:
+                row["reason"] = redactor.text(row["reason"])[0]
+            if row["detail"]:
+                detail, found = redactor.value(json.loads(row["detail"]))
+                if found:
+                    row["detail"] = json.dumps(detail)
+        row["final_output"] = row["final_output"][:FINAL_OUTPUT_CHARS]
+        self.done[(row["trace_id"], row["plan"], row["rollout"])] = row
         if self.on_row:
             self.on_row(row)
         return row
+
+    def redact(self, value: Any) -> Any:
+        """A policy-made JSON value (a repair candidate) as it may be stored."""
+        return value if self.redactor is None else self.redactor.value(value)[0]

@@ -72,8 +72,9 @@ class ReplayProcessor(SpanProcessor):
     :param store: store directory or URL (`s3://bucket/prefix`, ...); default `$OTEL_REPLAY_STORE` or
         `./otel-replay-store`.
     :param max_queue_spans: spans waiting for the writer before new ones are dropped (and counted).
-    :param max_queue_bytes: estimated bytes capture may hold in memory (waiting, or taken by the writer and
-        not yet written) before new spans are dropped; see `otel_replay.capture.sizing`.
+    :param max_queue_bytes: the memory capture may hold, all told: the queue admits spans (waiting, or taken
+        by the writer and not yet written) up to this less a reserve for writing a batch and for the
+        writer's caches, then drops them; see `otel_replay.capture.sizing.MemoryBudget`.
     :param flush_interval_s: the writer writes a segment at least this often while spans arrive.
     :param flush_rows: ... and whenever this many spans are waiting to be written.
     :param redact: a `Redactor` (built-ins plus your rules), True (the built-in detectors: API keys,

@@ -3,7 +3,9 @@
 Bounded by count and by an estimate of bytes. Producer and consumer each own one counter
 (`bytes_in`, `bytes_out`), so neither takes a lock; the difference is the bytes held. An item's
 bytes stay held after `take` until the writer `release`s them (its rows were written or given
-up), so the byte cap bounds everything capture holds in memory, not only what waits in the deque.
+up). The queue admits only its share of the byte cap (`sizing.MemoryBudget`): the rest is
+reserved for writing a batch and for the writer's caches, so the cap bounds everything capture
+holds in memory, not only what waits in the deque.
 """
 
 from __future__ import annotations
@@ -11,16 +13,20 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+from otel_replay.capture.sizing import MemoryBudget
+
 
 class SpanQueue:
-    __slots__ = ("_items", "length", "max_items", "max_bytes", "bytes_in", "bytes_out", "dropped")
+    __slots__ = ("_items", "length", "max_items", "max_bytes", "budget", "bytes_in", "bytes_out", "dropped")
 
     def __init__(self, max_items: int, max_bytes: int) -> None:
+        """`max_bytes` is capture's whole byte cap; the queue admits `budget.queue_bytes` of it."""
         self._items: collections.deque[tuple[Any, int]] = collections.deque()
         # `len()` as a C call: the producer's hot path reads it without a Python frame
         self.length = self._items.__len__
         self.max_items = max_items
-        self.max_bytes = max_bytes
+        self.budget = MemoryBudget.of(max_bytes)
+        self.max_bytes = self.budget.queue_bytes  # what `put` and `offer_all` admit
         self.bytes_in = 0
         self.bytes_out = 0
         self.dropped = 0

@@ -9,7 +9,9 @@ unmounted), the batch is dropped and counted (`lost_spans`, `store_error`), one 
 reason names the store and why, and every later flush tries again: capture resumes by itself
 once the store is writable (a store directory that existed is never recreated, so an unmounted
 volume does not fill the disk under it). Bytes of taken items stay held in the queue's byte
-count until their batch is written or dropped, so the cap bounds everything capture holds.
+count until their batch is written or dropped; writing a batch and the caches kept here (recent
+GenAI traces, log events waiting for their span, the row builder's) have their own shares of the
+cap (`sizing.MemoryBudget`), so the cap bounds everything capture holds.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_replay.capture.queue import SpanQueue  # noqa: I001
+from otel_replay.capture.sizing import record_size
 from otel_replay.normalize.content_settings import content_setting_hint
 from otel_replay.normalize.pipeline import NormalizedSpan, join_logs, normalize_span
 from otel_replay.normalize.records import LogEvent, SpanRecord
@@ -42,8 +45,8 @@ from otel_replay.store.writer import write_batch, write_stats
 logger = logging.getLogger("otel_replay")
 
 LOG_WAIT_S = 30.0  # how long a log event waits for its span before it is dropped
-MAX_PENDING_LOGS = 50_000
-RECENT_TRACES = 100_000
+MAX_PENDING_LOGS = 50_000  # and at most `MemoryBudget.pending_log_bytes` of them
+MAX_WARNINGS = 1024  # distinct warnings remembered (each said once); past that, new ones are only counted
 # Sharing the GIL: after WORK_SLICE_S of CPU time the writer checks whether it had the CPU to
 # itself. If it got less than CONTENDED of the wall time, a service thread wants the GIL, so the
 # writer sleeps PAUSE_S; that thread then keeps the GIL for a whole switch interval (5 ms). While
@@ -82,7 +85,7 @@ class WarnOnce:
 
     def __call__(self, message: str, key: str | None = None) -> None:
         key = message if key is None else key
-        if key not in self._said:
+        if key not in self._said and len(self._said) < MAX_WARNINGS:
             self._said.add(key)
             logger.warning(message)
 
@@ -122,9 +125,11 @@ class CaptureWriter:
         self._flush_waiters: list[FlushRequest] = []
         self._waiters_lock = threading.Lock()
         self._stop = False
-        self._builder = RowBuilder(source="capture")
+        self.budget = queue.budget
+        self._builder = self._new_builder()
         self._batch = RowBatch()
-        self._pending_logs: collections.OrderedDict[int, tuple[float, LogEvent]] = collections.OrderedDict()
+        self._pending_logs: collections.OrderedDict[int, tuple[float, LogEvent, int]] = collections.OrderedDict()
+        self._pending_log_bytes = 0
         self._genai_traces: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._last_write = time.monotonic()
         self._warn = WarnOnce()
@@ -135,8 +140,8 @@ class CaptureWriter:
         self._slice_wall = self._slice_cpu = 0.0
         self._yielding = False
         # Store failures: the service never sees them; spans are dropped, counted, and the reason said once.
-        # write early: held bytes leave room in the queue, and Arrow needs ~4x a batch to write it
-        self.flush_bytes = max(queue.max_bytes // 8, 1)
+        # write early: held bytes leave room in the queue, and writing needs ~3x a batch (reserved in the budget)
+        self.flush_bytes = self.budget.flush_bytes
         self._held = 0  # bytes of items taken since the last write (released when it is done)
         self.lost_spans = 0
         self.write_failures = 0
@@ -233,13 +238,15 @@ class CaptureWriter:
                         spans.append(item)
                     continue
                 log = item if isinstance(item, LogEvent) else log_from_sdk(item)
-                self._pending_logs[id(log)] = (now, log)
+                size = record_size(log)
+                self._pending_logs[id(log)] = (now, log, size)
+                self._pending_log_bytes += size
             except Exception as exc:  # noqa: BLE001 - a bad span is skipped, not fatal
                 self._count(f"unreadable span: {type(exc).__name__}")
         if not spans:
             return
         traces = {s.trace_id for s in spans}
-        logs = [log for _, log in self._pending_logs.values() if log.trace_id in traces]
+        logs = [log for _, log, _ in self._pending_logs.values() if log.trace_id in traces]
         grouped, unmatched = join_logs(spans, logs)  # normalize_spans, with a pace between spans
         normalized = []
         for span in spans:
@@ -247,12 +254,14 @@ class CaptureWriter:
             normalized.append(normalize_span(span, grouped.get(span.span_id, ())))
         consumed = {id(x) for x in logs} - {id(x) for x in unmatched}
         for key in consumed:
-            self._pending_logs.pop(key, None)
+            entry = self._pending_logs.pop(key, None)
+            self._pending_log_bytes -= entry[2] if entry else 0
         self._expire_logs(now)
         for item in normalized:
             for problem in item.problems:
                 self._count(problem.split(":")[0])
-                self._warn(f"otel-replay: span {item.span.span_id} of trace {item.span.trace_id}: {problem}")
+                self._warn(f"otel-replay: span {item.span.span_id} of trace {item.span.trace_id}: {problem} "
+                           f"(said once per kind of problem; the rest are counted)", key=problem.split(":")[0])
             step = item.step
             if step is not None and step.kind == "llm" and not step.has_payload:
                 self._warn(
@@ -276,17 +285,19 @@ class CaptureWriter:
         """GenAI spans always; another span (a root, an ancestor) only if its trace had GenAI spans."""
         if not self._markers.isdisjoint(record.attributes):
             self._genai_traces[record.trace_id] = None
-            if len(self._genai_traces) > RECENT_TRACES:
+            if len(self._genai_traces) > self.budget.recent_traces:
                 self._genai_traces.popitem(last=False)
             return True
         return record.trace_id in self._genai_traces
 
     def _expire_logs(self, now: float) -> None:
         while self._pending_logs:
-            key, (arrived, _) = next(iter(self._pending_logs.items()))
-            if now - arrived < LOG_WAIT_S and len(self._pending_logs) <= MAX_PENDING_LOGS:
+            key, (arrived, _, size) = next(iter(self._pending_logs.items()))
+            if (now - arrived < LOG_WAIT_S and len(self._pending_logs) <= MAX_PENDING_LOGS
+                    and self._pending_log_bytes <= self.budget.pending_log_bytes):
                 break
             self._pending_logs.pop(key)
+            self._pending_log_bytes -= size
             self._count("log event without its span")
 
     def _write(self) -> None:
@@ -332,10 +343,15 @@ class CaptureWriter:
         self._count("store not writable")
         self.skipped["spans lost: store not writable"] += spans
         # Payloads of the lost batch were marked as stored: forget them, or later steps would point at nothing.
-        self._builder = RowBuilder(source=self._builder.source)
+        self._builder = self._new_builder()
         self._warn(f"otel-replay cannot write to the store at {self.root}: {reason} ({exc}). Captured spans are "
                    f"dropped and counted until the store is writable again; the service is not affected.",
                    key=f"store failure: {reason}")
+
+    def _new_builder(self) -> RowBuilder:
+        budget = self.budget
+        return RowBuilder(source="capture", max_known_hashes=budget.known_hashes,
+                          max_identity_bytes=budget.identity_bytes)
 
     def _store_ok(self) -> None:
         if self.store_error is not None:

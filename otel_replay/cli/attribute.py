@@ -20,6 +20,7 @@ from otel_replay.attribution import (
 from otel_replay.attribution.executors import ENGINES, EngineError, make_executor
 from otel_replay.attribution.job import load_params, select_traces
 from otel_replay.cli.output import StoreCommand, console, output_options, print_rows
+from otel_replay.cli.privacy import redaction_options, redactor_from
 from otel_replay.cli.replaying import load_policies
 from otel_replay.export.html import render_html
 from otel_replay.export.report import report_json
@@ -130,6 +131,7 @@ def write_outputs(store: Store, reports: list[dict[str, Any]], json_path: Path |
               metavar="SECONDS", help="Cut off a policy call after this long; its rollout is errored, and a hung "
                                       "sync policy's thread is abandoned, not killed (0: no limit).")
 @click.option("--seed", default=0, show_default=True, type=int)
+@redaction_options
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the JSON report.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the HTML report.")
 @click.option("--export", "export_to", type=click.Choice(["otlp"]), help="Send the blame into the original trace.")
@@ -147,10 +149,16 @@ def attribute(store: Store, trace_ids: tuple[str, ...], where: str | None, resum
 
     Example: otel-replay attribute --trace-id 4bf92f --policies myproj.policies --verifier myproj:ok --repair
     """
+    redact_rules, no_redact = options.pop("redact_rules"), options.pop("no_redact")
     if resume:
+        if redact_rules is not None or no_redact:
+            raise click.UsageError("--resume redacts as the job did: give no --redact-rules or --no-redact")
         params, created = load_params(store, resume)
         load_policies(params.policies)
-        job = Job(store, params, policies.registry.copy(), job_id=resume, created_ns=created)
+        try:  # e.g. the job's redaction rules file is gone
+            job = Job(store, params, policies.registry.copy(), job_id=resume, created_ns=created)
+        except AttributionError as exc:
+            raise click.ClickException(str(exc)) from exc
     else:
         if bool(trace_ids) == bool(where):
             raise click.UsageError("give --trace-id (one or more) or --where, or --resume a job")
@@ -160,6 +168,8 @@ def attribute(store: Store, trace_ids: tuple[str, ...], where: str | None, resum
             raise click.ClickException(f"no trace matches --where {where!r}")
         load_policies(policies_spec)
         options["policy_timeout_s"] = options["policy_timeout_s"] or None  # 0: no limit
+        redactor_from(redact_rules, no_redact)  # bad rules: a usage error now, not mid-job
+        options.update(redact=not no_redact, redact_rules=str(redact_rules.resolve()) if redact_rules else None)
         job = Job(store, JobParams(ids, spec, policies=policies_spec, **options), policies.registry.copy())
     job.executor = choose_executor(job, engine, address, worker_cpus)
     results = run_job(store, job)

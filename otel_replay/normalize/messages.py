@@ -121,7 +121,8 @@ def canonical_message(message: Any) -> Message:
 
 _MEMO: dict[bytes, Message] = {}
 _MEMO_MAX = 50_000
-_MEMO_MAX_BYTES = 16 * 1024 * 1024  # raw bytes memoized (the canonical copies are about as big again)
+_MEMO_MAX_BYTES = 4 * 1024 * 1024  # raw bytes memoized (the canonical copies are about as big again);
+# capture's byte cap reserves twice this (capture/sizing.py: MESSAGE_MEMO_BYTES)
 _memo_bytes = 0
 
 

@@ -80,6 +80,11 @@ def segment_name() -> str:
     return f"{time.time_ns()}-{host}-{os.getpid()}-{_process_tag()}-{next(_seq)}.parquet"
 
 
+# Parquet encodes this many rows before it checks the page size: the default (1024) buffers a
+# whole column of large payloads at once (3x the table in memory for 32 KB bodies; 0.8x with 64).
+WRITE_BATCH_ROWS = 64
+
+
 def write_segment(
     root: StoreLike,
     table: str,
@@ -95,7 +100,8 @@ def write_segment(
     def produce(handle) -> None:  # noqa: ANN001 (a binary file object)
         pq.write_table(data, handle, compression="zstd", row_group_size=row_group_size,
                        sorting_columns=sorting_columns, write_statistics=True,
-                       write_page_checksum=True)  # lets `otel-replay doctor` catch flipped bits
+                       write_page_checksum=True,  # lets `otel-replay doctor` catch flipped bits
+                       write_batch_size=WRITE_BATCH_ROWS)
 
     return StoreLocation.of(root).write(f"{table}/day={day}/{name or segment_name()}", produce)
 

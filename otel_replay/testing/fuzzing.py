@@ -15,6 +15,15 @@ requests, content types, gzip/deflate, chunked bodies). A target fails (a "crash
 
     python -m otel_replay.testing.fuzzing otlp_json -max_total_time=20   # one target
     fuzz_summary(120)   # every target, a share of 120 s each, -> {target: {inputs, seconds, crashes}}
+
+A finding always leaves an artifact (libFuzzer writes the input as `crash-`, `timeout-`, `oom-`
+or `leak-`). A fuzzer that ends without one and without finishing its run did not fail on an
+input: that is a harness failure (it could not start, or was killed from outside), reported as
+`harness_error` with the fuzzer's own error lines, never as a crash, and tried again (up to
+`START_ATTEMPTS` times, each in a new work directory). The likely cause of the one seen here
+(a work directory left holding only `scratch/`, recreated by the fuzzer after the directory with
+its corpus had been removed from the shared temp directory): libFuzzer then stops at once with
+"The required directory ... does not exist"; `tests/test_fuzz.py` reproduces it.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,7 +52,11 @@ JSON_TARGETS = {"flat_json", "otlp_json", "langsmith", "langfuse_api", "jaeger",
 TARGETS = (*FILE_TARGETS, "receiver_json", "receiver_proto", "receiver_http")
 _OK_STATUSES = {200, 400, 404, 405, 408, 411, 413, 415, 429, 503}  # 429: over the per-client rate
 _DONE = re.compile(r"Done (\d+) runs in (\d+) second")
+_FINDING = re.compile(r"=== Uncaught Python exception|==\d+== ?ERROR: libFuzzer|^ALARM", re.MULTILINE)
+_ARTIFACTS = ("crash-", "timeout-", "oom-", "leak-")
 SCRATCH_ENV = "OTEL_REPLAY_FUZZ_SCRATCH"
+START_ATTEMPTS = 3  # a run that ends without a finding and without finishing is tried again
+START_GRACE_S = 300  # beyond the fuzzing time: instrumented imports and the seed corpus on a loaded machine
 
 
 class FuzzingUnavailable(RuntimeError):
@@ -207,8 +221,22 @@ _BOOT = ("import sys, atheris\n"
 
 
 def run_target(name: str, seconds: float, workdir: Path | None = None) -> dict[str, Any]:
-    """Fuzz one target for `seconds` in a subprocess; {inputs, seconds, crashes} (and the failure)."""
+    """Fuzz one target for `seconds` in a subprocess: {inputs, seconds, crashes, attempts}; a crash adds
+    the failure and its artifacts, a run that could not start or finish adds `harness_error`."""
     _require_atheris()
+    errors: list[str] = []
+    for attempt in range(1, START_ATTEMPTS + 1):
+        result = _attempt(name, seconds, workdir)
+        result["attempts"] = attempt
+        if "harness_error" not in result:
+            break
+        errors.append(result["harness_error"])
+    if errors and "harness_error" not in result:
+        result["harness_retries"] = errors  # started on a later attempt: say why the earlier ones did not
+    return result
+
+
+def _attempt(name: str, seconds: float, workdir: Path | None) -> dict[str, Any]:
     from otel_replay.testing import fuzz_seeds
 
     own = workdir is None
@@ -219,26 +247,54 @@ def run_target(name: str, seconds: float, workdir: Path | None = None) -> dict[s
         (corpus / f"seed-{i:03d}").write_bytes(seed)
     flags = [f"-max_total_time={max(1, round(seconds))}", f"-timeout={TIMEOUT_S}", f"-rss_limit_mb={RSS_LIMIT_MB}",
              f"-max_len={MAX_LEN}", f"-artifact_prefix={workdir}/", "-print_final_stats=1"]
+    started = time.monotonic()
     try:
-        done = subprocess.run([sys.executable, "-c", _BOOT, name, *flags, str(corpus)], capture_output=True,
-                              text=True, errors="replace", timeout=seconds + 120, cwd=workdir,
-                              env={**os.environ, SCRATCH_ENV: str(workdir / "scratch")})
-        output = done.stdout + done.stderr
+        try:
+            done = subprocess.run([sys.executable, "-c", _BOOT, name, *flags, str(corpus)], capture_output=True,
+                                  text=True, errors="replace", timeout=seconds + START_GRACE_S, cwd=workdir,
+                                  env={**os.environ, SCRATCH_ENV: str(workdir / "scratch")})
+            returncode, output = done.returncode, done.stdout + done.stderr
+        except subprocess.TimeoutExpired as exc:  # killed: the output so far says how far it got
+            returncode, output = None, _text(exc.stdout) + _text(exc.stderr)
         found = _DONE.findall(output)
+        artifacts = sorted(p.name for p in workdir.iterdir() if p.name.startswith(_ARTIFACTS)) \
+            if workdir.is_dir() else []
         result: dict[str, Any] = {"inputs": int(found[-1][0]) if found else _runs(output),
-                                  "seconds": int(found[-1][1]) if found else round(seconds),
-                                  "crashes": 0 if done.returncode == 0 and found else 1}
-        if result["crashes"]:
-            artifacts = sorted(p.name for p in workdir.iterdir() if p.name.startswith(("crash-", "timeout-", "oom-")))
-            result["failure"] = _failure(output)
-            result["artifacts"] = artifacts
+                                  "seconds": int(found[-1][1]) if found else 0, "crashes": 0}
+        if artifacts or _FINDING.search(output):
+            result.update(crashes=1, failure=_failure(output), artifacts=artifacts,
+                          seconds=result["seconds"] or round(time.monotonic() - started))
             if own:  # keep the reproducer: the caller cannot see the workdir otherwise
                 result["workdir"] = str(workdir)
                 own = False
+        elif not (found and returncode == 0):
+            result["harness_error"] = _harness_error(returncode, output, corpus, seconds + START_GRACE_S)
         return result
     finally:
         if own:
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _text(value: str | bytes | None) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value or ""
+
+
+def _harness_error(returncode: int | None, output: str, corpus: Path, deadline_s: float) -> str:
+    """Why a run without a finding did not finish, in a line or a few: the exit, the fuzzer's own
+    error lines (not its start-up chatter), and a corpus that vanished."""
+    if returncode is None:
+        how = f"did not finish within {deadline_s:.0f} s (killed)"
+    elif returncode < 0:
+        how = f"was killed by signal {-returncode} from outside (libFuzzer left no artifact: not a finding)"
+    else:
+        how = f"exited with code {returncode} without finishing"
+    started = "started fuzzing" if re.search(r"#\d+\s+INITED", output) else "before its first input"
+    said = [line for line in output.splitlines() if line.strip() and not line.startswith("INFO:")
+            and "Failed to find function" not in line][-8:]
+    if not corpus.is_dir():
+        said.append(f"the corpus directory {corpus} is gone: something removed the work directory while the "
+                    f"fuzzer ran (a clean-up of the temp directory?)")
+    return f"the fuzzer {how}, {started}" + (": " + " | ".join(said) if said else "")
 
 
 def _runs(output: str) -> int:
@@ -248,19 +304,18 @@ def _runs(output: str) -> int:
 
 def _failure(output: str) -> str:
     """The part of the fuzzer's output that says what went wrong."""
-    for marker in ("=== Uncaught Python exception", "==ERROR", "ALARM", "Traceback"):
-        at = output.find(marker)
-        if at >= 0:
-            return output[at:at + 3000]
-    return output[-3000:]
+    found = _FINDING.search(output)
+    at = found.start() if found else output.find("Traceback")
+    return output[at:at + 3000] if at >= 0 else output[-3000:]
 
 
 def fuzz_summary(seconds: float, targets: tuple[str, ...] = TARGETS) -> dict[str, dict[str, Any]]:
     """Fuzz every target for an equal share of `seconds`, one subprocess each, one after another.
 
-    Returns {target: {"inputs": n, "seconds": s, "crashes": 0 or 1}}; a crashed target also has
-    "failure" (the traceback) and "artifacts"/"workdir" (the input that crashed it). Raises
-    `FuzzingUnavailable` when atheris is not installed.
+    Returns {target: {"inputs": n, "seconds": s, "crashes": 0 or 1, "attempts": n}}; a crashed
+    target also has "failure" (the traceback) and "artifacts"/"workdir" (the input that crashed
+    it); one whose fuzzer could not start or finish in `START_ATTEMPTS` tries has "harness_error"
+    (not a crash: no input was implicated). Raises `FuzzingUnavailable` when atheris is not installed.
     """
     _require_atheris()
     share = max(1.0, seconds / len(targets))

@@ -1,0 +1,82 @@
+"""One process per job id on a remote store too: a lease object, created exclusively, renewed by a
+heartbeat, taken over once its holder stopped renewing it (a `kill -9` leaves it behind). On an
+fsspec in-memory filesystem and on a real S3-compatible server (moto)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+
+import pytest
+
+from otel_replay.attribution.lock import JobLock, JobLocked
+from otel_replay.store.location import StoreLocation
+
+
+def _memory() -> StoreLocation:
+    return StoreLocation(f"memory://otel-replay-locks-{uuid.uuid4().hex[:8]}")
+
+
+def _holder(location: StoreLocation, lock: JobLock) -> dict:
+    return json.loads(location.read_bytes(lock.lease))
+
+
+def _exercise(location: StoreLocation) -> None:
+    first = JobLock(location, "j1", heartbeat_s=0.05, stale_after_s=5).acquire()
+    try:
+        with pytest.raises(JobLocked, match=rf"job j1 is already running in process {os.getpid()} on host .*--resume j1"):
+            JobLock(location, "j1").acquire()
+        JobLock(location, "j2").acquire().release()  # other job ids do not contend
+        renewed = _holder(location, first)["renewed_ns"]
+        time.sleep(0.3)
+        assert _holder(location, first)["renewed_ns"] > renewed  # the heartbeat renews it
+    finally:
+        first.release()
+    assert not location.fs.exists(f"{location.path}/{first.lease}")
+    second = JobLock(location, "j1").acquire()  # released: free again
+    second.release()
+
+
+def test_a_remote_job_is_held_by_a_renewed_lease():
+    _exercise(_memory())
+
+
+def test_a_lease_its_holder_stopped_renewing_is_taken_over():
+    location = _memory()
+    dead = {"host": "gone", "pid": 4242, "renewed_ns": time.time_ns() - int(200e9)}  # what a kill -9 leaves
+    location.fs.pipe_file(f"{location.path}/locks/job-j1.lease", json.dumps(dead).encode())
+    lock = JobLock(location, "j1", stale_after_s=90).acquire()
+    try:
+        assert lock.took_over == 4242 and _holder(location, lock)["pid"] == os.getpid()
+    finally:
+        lock.release()
+    fresh = {**dead, "renewed_ns": time.time_ns()}
+    location.fs.pipe_file(f"{location.path}/locks/job-j1.lease", json.dumps(fresh).encode())
+    with pytest.raises(JobLocked, match="process 4242 on host gone"):
+        JobLock(location, "j1").acquire()
+
+
+def test_on_s3_the_lease_is_created_exclusively(tmp_path_factory):
+    s3fs = pytest.importorskip("s3fs", reason="the s3 extra: pip install 'otel-replay[s3,s3-test]'")
+    moto_server = pytest.importorskip("moto.server", reason="the s3-test extra: pip install 'otel-replay[s3-test]'")
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    nowhere = tmp_path_factory.mktemp("aws") / "none"
+    env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_CONFIG_FILE": str(nowhere), "AWS_SHARED_CREDENTIALS_FILE": str(nowhere)}
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in env.items():
+                mp.setenv(key, value)
+            mp.delenv("AWS_PROFILE", raising=False)
+            s3fs.S3FileSystem.clear_instance_cache()
+            bucket = f"b-{uuid.uuid4().hex[:12]}"
+            s3fs.S3FileSystem().mkdir(bucket)
+            _exercise(StoreLocation(f"s3://{bucket}/store"))
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+        server.stop()
