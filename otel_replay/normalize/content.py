@@ -45,14 +45,18 @@ PAYLOAD_ATTRIBUTES = frozenset(
 
 def from_semconv_attributes(attrs: Mapping[str, Any]) -> tuple[StepContent, list[str]]:
     """Content from `gen_ai.input.messages` & co. (JSON strings on spans, structured in events)."""
-    raw_out = parse_json(attrs.get("gen_ai.output.messages"))
-    content = StepContent(
-        inputs=canonical_messages(parse_json(attrs.get("gen_ai.input.messages"))),
-        outputs=canonical_messages(raw_out),
-        system=canonical_system(parse_json(attrs.get("gen_ai.system_instructions"))),
-        tools=canonical_tool_definitions(parse_json(attrs.get("gen_ai.tool.definitions"))),
+    get = attrs.get
+    raw_in, raw_out = get("gen_ai.input.messages"), get("gen_ai.output.messages")
+    system, tools = get("gen_ai.system_instructions"), get("gen_ai.tool.definitions")
+    if raw_out is not None:
+        raw_out = parse_json(raw_out)
+    content = StepContent(  # (an absent attribute reads as [] without the calls)
+        inputs=canonical_messages(parse_json(raw_in)) if raw_in is not None else [],
+        outputs=canonical_messages(raw_out) if raw_out is not None else [],
+        system=canonical_system(parse_json(system)) if system is not None else [],
+        tools=canonical_tool_definitions(parse_json(tools)) if tools is not None else [],
     )
-    return content, finish_reason_of(raw_out)
+    return content, finish_reason_of(raw_out) if raw_out is not None else []
 
 
 def from_details_event(span: SpanRecord, logs: Sequence[LogEvent]) -> tuple[StepContent, list[str]] | None:

@@ -16,6 +16,8 @@ SCOPE = "com.anthropic.sdk.python"
 
 class AnthropicSdk(GenAI):
     name = "anthropic-sdk"
+    marker_keys = frozenset({"anthropic.message.stop_reason"})
+    marker_scope = SCOPE
 
     def matches(self, span: SpanRecord) -> bool:
         return span.scope_name == SCOPE or "anthropic.message.stop_reason" in span.attributes

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from otel_replay.normalize.records import LogEvent, SpanRecord
-from otel_replay.normalize.step import NormalizedStep
+from otel_replay.normalize.step import NormalizedStep, StepContent
 
 REQUEST_PARAM_KEYS = {
     "gen_ai.request.temperature": "temperature",
@@ -26,6 +27,13 @@ class Convention(Protocol):
     """Turns one span (and the log events joined to it) into a canonical step."""
 
     name: str
+    # `matches` is False for a span that carries none of `marker_keys` and whose scope is not
+    # `marker_scope`, so `pipeline.adapter_for` rules such spans out without a call
+    # (`marker_keys` None: no such promise).
+    marker_keys: frozenset[str] | None
+    marker_scope: str | None
+    # When `is_payload_key(key)` is exactly `key in payload_keys`, those keys (else None).
+    payload_keys: frozenset[str] | None
 
     def matches(self, span: SpanRecord) -> bool: ...
 
@@ -95,8 +103,13 @@ def error_of(span: SpanRecord) -> tuple[str | None, str | None]:
     return clean_error_type(error_type), message
 
 
+_REQUEST_PARAM_KEYS = frozenset(REQUEST_PARAM_KEYS)
+
+
 def request_params(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    params = {}
+    params: dict[str, Any] = {}
+    if _REQUEST_PARAM_KEYS.isdisjoint(attrs):  # most spans set none: one pass over their keys
+        return params
     for key, name in REQUEST_PARAM_KEYS.items():
         value = attrs.get(key)
         if value is not None:
@@ -104,47 +117,80 @@ def request_params(attrs: Mapping[str, Any]) -> dict[str, Any]:
     return params
 
 
+def _text(value: Any) -> str | None:
+    """`as_str` with the common case (already text, or absent) inline."""
+    return value if value is None or value.__class__ is str else as_str(value)
+
+
 def base_step(
-    span: SpanRecord, *, convention: str, kind: str, operation: str | None, name: str
+    span: SpanRecord, *, convention: str, kind: str, operation: str | None, name: str,
+    content: StepContent | None = None,
 ) -> NormalizedStep:
-    """A step with the fields every convention fills the same way."""
+    """A step with the fields every convention fills the same way (and `content`, if given).
+
+    Each field reads the first of its attribute names that is set (`first`), spelled out inline:
+    this runs once per span on the import and capture paths.
+    """
     attrs = span.attributes
-    error_type, error_message = error_of(span)
+    get = attrs.get
     status = span.status_code
+    if span.events or status == "error":
+        error_type, error_message = error_of(span)
+    else:  # error_of without exception events or an error status
+        error_type, error_message = clean_error_type(_text(get("error.type"))), None
     if error_type is not None and status == "unset":
         status = "error"
+    provider = get("gen_ai.provider.name")
+    if provider is None:
+        provider = get("gen_ai.system")
+        if provider is None:
+            provider = get("llm.provider")
+            if provider is None:
+                provider = get("llm.system")
+    llm_model = get("llm.model_name")
+    request_model = get("gen_ai.request.model")
+    if request_model is None:
+        request_model = llm_model
+    response_model = get("gen_ai.response.model")
+    if response_model is None:
+        response_model = llm_model
+    input_tokens = get("gen_ai.usage.input_tokens")
+    if input_tokens is None:
+        input_tokens = get("gen_ai.usage.prompt_tokens")
+        if input_tokens is None:
+            input_tokens = get("llm.token_count.prompt")
+    output_tokens = get("gen_ai.usage.output_tokens")
+    if output_tokens is None:
+        output_tokens = get("gen_ai.usage.completion_tokens")
+        if output_tokens is None:
+            output_tokens = get("llm.token_count.completion")
+    conversation_id = get("gen_ai.conversation.id")
+    if conversation_id is None:
+        conversation_id = get("session.id")
+    agent_name = get("gen_ai.agent.name")
+    # positional, in `_STEP_FIELDS` order: half the cost of 21 keyword arguments
     return NormalizedStep(
-        trace_id=span.trace_id,
-        span_id=span.span_id,
-        parent_span_id=span.parent_span_id,
-        kind=kind,
-        operation=operation,
-        name=name,
-        convention=convention,
-        start_ns=span.start_ns,
-        end_ns=span.end_ns,
-        status=status,
-        error_type=error_type,
-        error_message=error_message,
-        provider=as_str(first(attrs, "gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")),
-        request_model=as_str(first(attrs, "gen_ai.request.model", "llm.model_name")),
-        response_model=as_str(first(attrs, "gen_ai.response.model", "llm.model_name")),
-        input_tokens=as_int(
-            first(attrs, "gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt")
-        ),
-        output_tokens=as_int(
-            first(
-                attrs,
-                "gen_ai.usage.output_tokens",
-                "gen_ai.usage.completion_tokens",
-                "llm.token_count.completion",
-            )
-        ),
-        agent_name=as_str(attrs.get("gen_ai.agent.name")),
-        conversation_id=as_str(first(attrs, "gen_ai.conversation.id", "session.id")),
-        request_params=request_params(attrs),
-        service_name=span.service_name,
+        span.trace_id, span.span_id, span.parent_span_id, kind, operation, name, convention,
+        span.start_ns, span.end_ns, status, error_type, error_message,
+        provider if provider is None or provider.__class__ is str else as_str(provider),
+        request_model if request_model is None or request_model.__class__ is str else as_str(request_model),
+        response_model if response_model is None or response_model.__class__ is str else as_str(response_model),
+        None if input_tokens is None else as_int(input_tokens),
+        None if output_tokens is None else as_int(output_tokens),
+        agent_name if agent_name is None or agent_name.__class__ is str else as_str(agent_name),
+        conversation_id if conversation_id is None or conversation_id.__class__ is str else as_str(conversation_id),
+        None, None, request_params(attrs), [], StepContent() if content is None else content, span.service_name, [],
     )
+
+
+_STEP_FIELDS = (
+    "trace_id", "span_id", "parent_span_id", "kind", "operation", "name", "convention", "start_ns", "end_ns",
+    "status", "error_type", "error_message", "provider", "request_model", "response_model", "input_tokens",
+    "output_tokens", "agent_name", "conversation_id", "tool_name", "tool_call_id", "request_params",
+    "finish_reasons", "content", "service_name", "redacted",
+)
+if tuple(f.name for f in dataclasses.fields(NormalizedStep)) != _STEP_FIELDS:  # base_step passes them by position
+    raise RuntimeError("NormalizedStep's fields changed: update base_step and _STEP_FIELDS")
 
 
 def step_name(kind: str, operation: str | None, model: str | None, fallback: str) -> str:

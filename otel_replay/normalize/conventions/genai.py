@@ -19,7 +19,10 @@ LEGACY_REQUEST_TYPES = {"chat": "chat", "completion": "text_completion", "embedd
 
 def operation_of(span: SpanRecord) -> str | None:
     attrs = span.attributes
-    operation = as_str(attrs.get("gen_ai.operation.name"))
+    operation = attrs.get("gen_ai.operation.name")
+    if operation.__class__ is str:  # the common case
+        return operation
+    operation = as_str(operation)
     if operation is None:
         operation = LEGACY_REQUEST_TYPES.get(as_str(attrs.get("llm.request.type")) or "")
     return operation
@@ -27,6 +30,9 @@ def operation_of(span: SpanRecord) -> str | None:
 
 class GenAI:
     name = "genai"
+    marker_keys: frozenset[str] | None = None
+    marker_scope: str | None = None
+    payload_keys: frozenset[str] | None = carriers.PAYLOAD_ATTRIBUTES
 
     def matches(self, span: SpanRecord) -> bool:
         return kind_of_operation(operation_of(span)) is not None
@@ -44,16 +50,15 @@ class GenAI:
             return self._tool_step(span, operation)
         if kind == "agent":
             name = as_str(first(attrs, "gen_ai.agent.name")) or span.name
-            step = base_step(span, convention=self.name, kind=kind, operation=operation, name=name)
-            step.content = carriers.from_semconv_attributes(attrs)[0]
-            return step
+            return base_step(span, convention=self.name, kind=kind, operation=operation, name=name,
+                             content=carriers.from_semconv_attributes(attrs)[0])
         model = as_str(first(attrs, "gen_ai.request.model", "gen_ai.response.model"))
+        content, finish = carriers.from_semconv_attributes(attrs)
         step = base_step(
             span, convention=self.name, kind=kind, operation=operation,
-            name=step_name(kind, operation, model, span.name),
+            name=step_name(kind, operation, model, span.name), content=content,
         )
-        step.content, finish = carriers.from_semconv_attributes(attrs)
-        from_logs = carriers.content_from_logs(span, logs)
+        from_logs = carriers.content_from_logs(span, logs) if logs or span.events else None
         if from_logs is not None:
             step.content = carriers.merge(step.content, from_logs[0])
             finish = finish or from_logs[1]
@@ -65,12 +70,11 @@ class GenAI:
     def _tool_step(self, span: SpanRecord, operation: str | None) -> NormalizedStep:
         attrs = span.attributes
         tool = as_str(attrs.get("gen_ai.tool.name")) or span.name.removeprefix("execute_tool ").strip()
-        step = base_step(span, convention=self.name, kind="tool", operation=operation, name=tool)
-        step.tool_name = tool
-        step.tool_call_id = as_str(attrs.get("gen_ai.tool.call.id"))
-        step.content = tool_content(
-            step.tool_call_id, tool, attrs.get("gen_ai.tool.call.arguments"), attrs.get("gen_ai.tool.call.result")
-        )
+        call_id = as_str(attrs.get("gen_ai.tool.call.id"))
+        step = base_step(span, convention=self.name, kind="tool", operation=operation, name=tool, content=tool_content(
+            call_id, tool, attrs.get("gen_ai.tool.call.arguments"), attrs.get("gen_ai.tool.call.result")
+        ))
+        step.tool_name, step.tool_call_id = tool, call_id
         return step
 
 

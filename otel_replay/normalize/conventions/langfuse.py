@@ -42,6 +42,9 @@ def tool_result(output: Any) -> Any:
 
 class Langfuse:
     name = "langfuse"
+    marker_keys = frozenset({TYPE})
+    marker_scope = None
+    payload_keys = PAYLOAD_KEYS
 
     def matches(self, span: SpanRecord) -> bool:
         return TYPE in span.attributes

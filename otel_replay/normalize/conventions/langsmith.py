@@ -33,6 +33,9 @@ def _is_agent(span: SpanRecord, metadata: Mapping[str, Any]) -> bool:
 
 class LangSmith:
     name = "langsmith"
+    marker_keys = frozenset({RUN_TYPE})
+    marker_scope = None
+    payload_keys = PAYLOAD_KEYS
 
     def matches(self, span: SpanRecord) -> bool:
         return RUN_TYPE in span.attributes

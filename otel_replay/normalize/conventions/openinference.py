@@ -64,6 +64,9 @@ def _exact_tool_results(messages: list[dict[str, Any]], wire: list[dict[str, Any
 
 class OpenInference:
     name = "openinference"
+    marker_keys = frozenset({"openinference.span.kind"})
+    marker_scope = None
+    payload_keys = None  # prefixes too
 
     def matches(self, span: SpanRecord) -> bool:
         return "openinference.span.kind" in span.attributes

@@ -30,6 +30,9 @@ def _wire(message: dict) -> dict:
 
 class OpenLLMetryIndexed:
     name = "openllmetry-indexed"
+    marker_keys = frozenset({"gen_ai.prompt.0.role", "gen_ai.completion.0.role", "llm.request.type"})
+    marker_scope = None
+    payload_keys = None  # prefixes too
 
     def matches(self, span: SpanRecord) -> bool:
         attrs = span.attributes

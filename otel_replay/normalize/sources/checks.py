@@ -115,14 +115,26 @@ def check_span(span: SpanRecord) -> SpanRecord:
         _id(span_id, 16, "spanId")
     if parent is not None and (parent.__class__ is not str or not _HEX[16].fullmatch(parent)):
         _id(parent, 16, "parentSpanId")
-    for value, field, optional in ((span.name, "name", False), (span.kind, "kind", False),
-                                   (span.status_code, "status.code", False), (span.status_message, "status.message", True),
-                                   (span.scope_name, "scope.name", True), (span.scope_version, "scope.version", True)):
-        if value.__class__ is not str or len(value) > MAX_STRING:
-            _text(value, field, optional)
-    for value, field in ((span.start_ns, "startTime"), (span.end_ns, "endTime")):
-        if value is not None and (value.__class__ is not int or not 0 < value <= MAX_NS):
-            _time(value, field)
+    # (each check spelled out: a loop over a tuple of (value, field) tuples cost more than the checks)
+    name, kind, code, message = span.name, span.kind, span.status_code, span.status_message
+    if name.__class__ is not str or len(name) > MAX_STRING:
+        _text(name, "name", False)
+    if kind.__class__ is not str or len(kind) > MAX_STRING:
+        _text(kind, "kind", False)
+    if code.__class__ is not str or len(code) > MAX_STRING:
+        _text(code, "status.code", False)
+    if message is not None and (message.__class__ is not str or len(message) > MAX_STRING):
+        _text(message, "status.message")
+    scope_name, scope_version = span.scope_name, span.scope_version
+    if scope_name is not None and (scope_name.__class__ is not str or len(scope_name) > MAX_STRING):
+        _text(scope_name, "scope.name")
+    if scope_version is not None and (scope_version.__class__ is not str or len(scope_version) > MAX_STRING):
+        _text(scope_version, "scope.version")
+    start, end = span.start_ns, span.end_ns
+    if start is not None and (start.__class__ is not int or not 0 < start <= MAX_NS):
+        _time(start, "startTime")
+    if end is not None and (end.__class__ is not int or not 0 < end <= MAX_NS):
+        _time(end, "endTime")
     check_attributes(span.attributes, "attributes")
     check_attributes(span.resource, "resource")
     if span.events.__class__ is not list or span.links.__class__ is not list:

@@ -2,21 +2,34 @@
 
 Follows the OTLP JSON mapping: lowerCamelCase keys, hex ids (base64 tolerated, as protobuf's own
 JSON printer writes them), int64 values as strings, enums as integers.
+
+Spans of the shape nearly every exporter writes take `_fast_span`, which makes `check_span`'s
+checks inline as it reads; any other span takes `span_from_otlp`, which reads every shape the
+mapping allows and names the field at fault (tests/test_fast_paths.py checks they agree).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from otel_replay.normalize.records import LogEvent, SpanEvent, SpanRecord
-from otel_replay.normalize.sources.checks import INT64, MAX_DEPTH, check_log, check_span
+from otel_replay.normalize.sources.checks import (
+    INT64,
+    MAX_DEPTH,
+    MAX_STRING,
+    check_attributes,
+    check_log,
+    check_span,
+)
 from otel_replay.normalize.sources.errors import BadValue, SourceError, guarded, shown
 from otel_replay.normalize.sources.ids import hex_id, optional_hex_id
 from otel_replay.normalize.sources.shapes import mapping, optional_text, sequence, text
-from otel_replay.normalize.sources.times import unix_ns
+from otel_replay.normalize.sources.times import MAX_NS, unix_ns
 
 SPAN_KINDS = {0: "UNSPECIFIED", 1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
 STATUS_CODES = {0: "unset", 1: "ok", 2: "error"}
@@ -158,6 +171,137 @@ def span_from_otlp(span: Mapping[str, Any], resource: Mapping[str, Any], scope: 
     ))
 
 
+SPAN_FIELDS = ("trace_id", "span_id", "parent_span_id", "name", "kind", "start_ns", "end_ns", "status_code",
+               "status_message", "attributes", "events", "links", "resource", "scope_name", "scope_version")
+if tuple(f.name for f in dataclasses.fields(SpanRecord)) != SPAN_FIELDS:  # the fast paths pass them by position
+    raise RuntimeError("SpanRecord's fields changed: update SPAN_FIELDS and the positional SpanRecord(...) calls")
+_HEX16, _HEX32 = re.compile(r"[0-9a-f]{16}").fullmatch, re.compile(r"[0-9a-f]{32}").fullmatch
+_ZERO_TRACE, _ZERO_SPAN = "0" * 32, "0" * 16
+_SLOW: Any = object()  # `_fast_value`'s "not a common shape"
+
+
+def _fast_value(value: Any) -> Any:
+    """An `AnyValue` of the common scalar shapes, already as `check_attributes` would accept it;
+    `_SLOW` for anything else (the general path then decodes it, or names what is wrong)."""
+    if value.__class__ is not dict or len(value) != 1:
+        return _SLOW
+    if "stringValue" in value:
+        v = value["stringValue"]
+        return v if v.__class__ is str and len(v) <= MAX_STRING else _SLOW
+    if "intValue" in value:
+        v = value["intValue"]
+        if v.__class__ is str:  # int64 as a decimal string: at most 18 digits is always in range
+            return int(v) if 0 < len(v) <= 18 and v.isdigit() and v.isascii() else _SLOW
+        return v if v.__class__ is int and INT64[0] <= v <= INT64[1] else _SLOW
+    if "boolValue" in value:
+        v = value["boolValue"]
+        return v if v.__class__ is bool else _SLOW
+    if "doubleValue" in value:
+        v = value["doubleValue"]
+        return v if v.__class__ is float else _SLOW
+    return _SLOW
+
+
+def _fast_time(value: Any) -> int | None:
+    """A set nanosecond time as a decimal string or int, in range; None for any other shape."""
+    if value.__class__ is str:
+        if not (0 < len(value) <= 19 and value.isdigit() and value.isascii()):
+            return None
+        value = int(value)
+    elif value.__class__ is not int:
+        return None
+    return value if 0 < value <= MAX_NS else None
+
+
+def _fast_span(span: Any, resource: Mapping[str, Any], scope_name: str | None,
+               scope_version: str | None) -> SpanRecord | None:
+    """The span, when it has the shape nearly every exporter writes (hex ids, decimal-string
+    times, integer enums, scalar attributes, no events or links); None otherwise.
+
+    Every check `check_span` makes is made here, inline, so the record is not checked twice.
+    On None the caller takes the general path (`span_from_otlp`), which reads the uncommon
+    shapes and raises the error naming the field for bad ones: this path never raises.
+    """
+    if span.__class__ is not dict:
+        return None
+    events, links = span.get("events"), span.get("links")
+    if events is not None and (events.__class__ is not list or events) or \
+            links is not None and (links.__class__ is not list or links):
+        return None
+    trace_id, span_id = span.get("traceId"), span.get("spanId")
+    if (trace_id.__class__ is not str or not _HEX32(trace_id) or trace_id == _ZERO_TRACE
+            or span_id.__class__ is not str or not _HEX16(span_id) or span_id == _ZERO_SPAN):
+        return None
+    parent = span.get("parentSpanId")
+    if parent is not None:
+        if parent == "":
+            parent = None
+        elif parent.__class__ is not str or not _HEX16(parent) or parent == _ZERO_SPAN:
+            return None
+    name = span.get("name")
+    if name.__class__ is not str or not name or len(name) > MAX_STRING:
+        return None
+    kind = span.get("kind", 0)
+    if kind is None:
+        kind = 0
+    elif kind.__class__ is not int:
+        return None
+    start, end = _fast_time(span.get("startTimeUnixNano")), _fast_time(span.get("endTimeUnixNano"))
+    if start is None or end is None:
+        return None
+    status = span.get("status")
+    if status is None:
+        code, message = 0, None
+    elif status.__class__ is dict:
+        code, message = status.get("code", 0), status.get("message")
+        if code is None:
+            code = 0
+        elif code.__class__ is not int:
+            return None
+        if message is not None and (message.__class__ is not str or len(message) > MAX_STRING):
+            return None
+    else:
+        return None
+    items = span.get("attributes")
+    attributes: dict[str, Any] = {}
+    if items:
+        if items.__class__ is not list:
+            return None
+        for kv in items:
+            if kv.__class__ is not dict:
+                return None
+            key = kv.get("key")
+            if key.__class__ is not str or len(key) > MAX_STRING:
+                return None
+            value = kv.get("value")
+            if value.__class__ is dict and len(value) == 1:
+                text = value.get("stringValue")  # the common case inline
+                if text.__class__ is str and len(text) <= MAX_STRING:
+                    attributes[key] = text
+                    continue
+            value = _fast_value(value)
+            if value is _SLOW:
+                return None
+            attributes[key] = value
+    return SpanRecord(trace_id, span_id, parent, name, SPAN_KINDS.get(kind, "UNSPECIFIED"), start, end,  # SPAN_FIELDS
+                      STATUS_CODES.get(code, "unset"), message or None, attributes, [], [], resource,
+                      scope_name, scope_version)
+
+
+def _scope_fields(scope: Mapping[str, Any], resource: Mapping[str, Any]) -> tuple[str | None, str | None] | None:
+    """(name, version) of a scope whose fields and resource pass `check_span`; None if either
+    does not (its spans then take the general path, which names the field at fault)."""
+    try:
+        check_attributes(resource, "resource")
+        name = optional_text(scope.get("name"), "scope.name")
+        version = optional_text(scope.get("version"), "scope.version")
+    except SourceError:
+        return None
+    if name is not None and len(name) > MAX_STRING or version is not None and len(version) > MAX_STRING:
+        return None
+    return name, version
+
+
 def _resource(outer: Mapping[str, Any]) -> dict[str, Any]:
     return key_values(mapping(outer.get("resource"), "resource").get("attributes") or [], "resource.attributes")
 
@@ -185,7 +329,13 @@ def spans_from_request(doc: Mapping[str, Any], errors: list[tuple[str, str]] | N
             except SourceError as exc:
                 _skip(errors, exc, f"{where}.scopeSpans[{j}]")
                 continue
+            fields = _scope_fields(scope, resource)
             for k, span in enumerate(spans):
+                if fields is not None:
+                    record = _fast_span(span, resource, *fields)
+                    if record is not None:
+                        yield record
+                        continue
                 try:
                     yield span_from_otlp(span, resource, scope)
                 except SourceError as exc:
@@ -205,7 +355,7 @@ def _list(value: Any, field: str) -> list[Any]:
         return []
     if not isinstance(value, list):
         raise OtlpFormatError(f"must be a list, got {type(value).__name__}", field=field)
-    return [v for v in value if isinstance(v, Mapping)]
+    return [v for v in value if v.__class__ is dict or isinstance(v, Mapping)]
 
 
 @guarded

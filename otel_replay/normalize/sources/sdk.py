@@ -63,19 +63,20 @@ def span_from_sdk(span: ReadableSpan) -> SpanRecord:
     parent = span.parent
     scope = span.instrumentation_scope
     status = span.status
+    # by position (the order of `otlp_json.SPAN_FIELDS`, checked there): runs on the capture writer per span
     return SpanRecord(
-        trace_id=format(ctx.trace_id, "032x"),
-        span_id=format(ctx.span_id, "016x"),
-        parent_span_id=format(parent.span_id, "016x") if parent is not None else None,
-        name=span.name,
-        kind=span.kind.name,
-        start_ns=span.start_time,
-        end_ns=span.end_time,
-        status_code=_STATUS.get(status.status_code, "unset"),
-        status_message=status.description,
-        attributes=plain_attributes(span.attributes),
-        events=[SpanEvent(e.name, e.timestamp, plain_attributes(e.attributes)) for e in span.events],
-        links=[
+        format(ctx.trace_id, "032x"),
+        format(ctx.span_id, "016x"),
+        format(parent.span_id, "016x") if parent is not None else None,
+        span.name,
+        span.kind.name,
+        span.start_time,
+        span.end_time,
+        _STATUS.get(status.status_code, "unset"),
+        status.description,
+        plain_attributes(span.attributes),
+        [SpanEvent(e.name, e.timestamp, plain_attributes(e.attributes)) for e in span.events],
+        [
             {
                 "trace_id": format(link.context.trace_id, "032x"),
                 "span_id": format(link.context.span_id, "016x"),
@@ -83,9 +84,9 @@ def span_from_sdk(span: ReadableSpan) -> SpanRecord:
             }
             for link in span.links
         ],
-        resource=_resource(span.resource),
-        scope_name=scope.name if scope else None,
-        scope_version=scope.version if scope else None,
+        _resource(span.resource),
+        scope.name if scope else None,
+        scope.version if scope else None,
     )
 
 
