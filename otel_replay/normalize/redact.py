@@ -13,40 +13,66 @@ step's live inputs still hash equal to its recorded inputs and replay binds as b
 whose inputs contained a redaction is flagged (`step_rows.redacted`): a policy that re-runs it sees
 the placeholder, not the secret, and replay reports that as a caveat.
 
-The detectors and their speed: `otel_replay.normalize.detectors`. Messages repeated across an
-agent loop's turns are the same objects (normalize memoizes them), so each is redacted once.
+The detectors and their speed: `otel_replay.normalize.detectors`. With the built-in rules alone
+(the default) what a span would store is serialized once (orjson) and that JSON gated
+(`detectors.gate`): a clean span is stored as it came, nothing walked or scanned; otherwise only
+the scans whose gates passed run on its strings, and three or more messages are gated one by one so
+the clean ones are not walked. With user rules every string is gated before its scans run.
+Messages repeated across an agent loop's turns are the same objects (normalize memoizes them), so
+each is redacted once; messages proven clean are remembered too.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fnmatch
-import importlib
-import json
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from otel_replay.normalize.content import CONTENT_EVENTS
 from otel_replay.normalize.conventions import ADAPTERS
 from otel_replay.normalize.detectors import (
     BUILTINS,
+    CARD_BIT,
     MIN_BUILTIN_LENGTH,
     SCANS,
     SENSITIVE_NAME,
     Hit,
+    chosen,
     find,
+    find_gated,
+    gate,
 )
 from otel_replay.normalize.pipeline import NormalizedSpan
 from otel_replay.normalize.records import SpanEvent, SpanRecord
-from otel_replay.normalize.step import STEP_KINDS, StepContent
+from otel_replay.normalize.redact_rules import (
+    PLACEHOLDER,
+    RedactionConfigError,
+    attribute_rules,
+    compile_pattern,
+    payload_switches,
+    read_rules,
+    redactor_options,
+    rule_names,
+)
+from otel_replay.normalize.step import StepContent
 
-PLACEHOLDER = "[REDACTED:{name}]"
+__all__ = ["BUILTINS", "DEFAULT_PRIVACY", "NONE", "PLACEHOLDER", "Privacy", "RedactionConfigError", "Redactor",
+           "payload_switches"]
+
 NONE: frozenset[str] = frozenset()
+_MISS = (None,)
 _PROTOCOL_KEYS = frozenset({"role", "type"})  # message format, never content
 _MEMO_MAX = 50_000
-_MEMO_MAX_BYTES = 16 * 1024 * 1024  # payload text the message memo keeps alive (capture's memory stays bounded)
+_MEMO_MAX_BYTES = 16 * 1024 * 1024  # payload text the memos keep alive, all three (capture's memory stays bounded)
+_CONTAINERS = frozenset({dict, list, tuple})
+_VERDICT_BYTES = 2048  # a JSON up to this long keeps its gate's verdict (attributes, tool names, short texts)
+_VERDICTS_MAX = 1024
+# exact dict/list/str only: a subclass, dataclass or datetime raises, so the walk (which copies or skips them) runs
+_AS_JSON = orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
 def _rough_size(message: Any) -> int:
@@ -55,10 +81,6 @@ def _rough_size(message: Any) -> int:
     if not isinstance(parts, list):
         return 256
     return 256 + sum(len(v) for p in parts if isinstance(p, dict) for v in p.values() if isinstance(v, str))
-
-
-class RedactionConfigError(ValueError):
-    """A redaction rule, or a rules file, is invalid."""
 
 
 # -- the redactor ---------------------------------------------------------------------------------
@@ -76,19 +98,22 @@ class Redactor:
     :param functions: callables ``text -> text`` applied to every string after the rules above;
         a changed string counts as a redaction named after the function.
     :param placeholder: the replacement, with ``{name}`` for the rule's name.
+    :param gates: False walks every string and runs every scan, as before the gates (the reference
+        they are tested against; the same findings, slower).
     """
 
     def __init__(self, *, builtins: bool | Iterable[str] = True, disable: Iterable[str] = (),
                  patterns: Mapping[str, str | re.Pattern[str]] | None = None, attributes: Iterable[str] = (),
-                 functions: Iterable[Callable[[str], str]] = (), placeholder: str = PLACEHOLDER) -> None:
-        names = set(BUILTINS) if builtins is True else set() if builtins is False else set(_names(builtins, "builtins"))
-        names -= set(_names(disable, "disable"))
+                 functions: Iterable[Callable[[str], str]] = (), placeholder: str = PLACEHOLDER,
+                 gates: bool = True) -> None:
+        names = set(BUILTINS) if builtins is True else set() if builtins is False else set(rule_names(builtins, "builtins"))
+        names -= set(rule_names(disable, "disable"))
         self.builtins = tuple(n for n in BUILTINS if n in names)
         self._enabled = frozenset(self.builtins)
         self._scans = tuple(s for s in SCANS if s.names & self._enabled)
         self._cards = "credit_card" in self._enabled
-        self._patterns = tuple(_compile_pattern(name, regex) for name, regex in (patterns or {}).items())
-        self._exact, self._globs = _attribute_rules(attributes)
+        self._patterns = tuple(compile_pattern(name, regex) for name, regex in (patterns or {}).items())
+        self._exact, self._globs = attribute_rules(attributes)
         self._functions = tuple(functions)
         for fn in self._functions:
             if not callable(fn):
@@ -101,6 +126,12 @@ class Redactor:
         self._field_cache: dict[str, str | None] = {}
         self._memo: dict[int, tuple[Any, Any, frozenset[str]]] = {}
         self._memo_bytes = 0
+        self._clean: dict[int, Any] = {}  # id -> a message proven clean (held, so its id is not reused)
+        # only the built-ins: a value whose JSON passes the gate is left as it is (a user rule may match anything)
+        self._gated = gates and not (self._patterns or self._functions or self._exact or self._globs is not None)
+        self._find = find_gated if gates else _find_all
+        self._subsets: dict[int, tuple[Any, ...]] = {}
+        self._verdicts: dict[bytes, int] = {}
 
     def __repr__(self) -> str:
         extra = [f"{len(self._patterns)} patterns"] if self._patterns else []
@@ -113,20 +144,9 @@ class Redactor:
     @classmethod
     def from_config(cls, data: Any, source: str = "redaction rules") -> Redactor:
         """A redactor from a rules document (the shape `from_file` reads); errors name the field."""
-        if not isinstance(data, Mapping):
-            raise RedactionConfigError(f"{source}: expected a mapping of rules, got {type(data).__name__}")
-        unknown = set(data) - {"builtins", "disable", "patterns", "attributes", "functions", "placeholder"}
-        if unknown:
-            raise RedactionConfigError(f"{source}: unknown field(s) {', '.join(sorted(unknown))}; expected builtins, "
-                                       "disable, patterns, attributes, functions, placeholder")
-        patterns = data.get("patterns") or {}
-        if not isinstance(patterns, Mapping):
-            raise RedactionConfigError(f"{source}: patterns must map a rule name to a regex")
+        options = redactor_options(data, source)
         try:
-            return cls(builtins=data.get("builtins", True), disable=data.get("disable") or (), patterns=patterns,
-                       attributes=_names(data.get("attributes") or (), "attributes"),
-                       functions=[_import_function(spec) for spec in _names(data.get("functions") or (), "functions")],
-                       placeholder=data.get("placeholder", PLACEHOLDER))
+            return cls(**options)
         except RedactionConfigError as exc:
             raise RedactionConfigError(f"{source}: {exc}") from None
 
@@ -141,35 +161,21 @@ class Redactor:
             attributes: [enduser.id, "app.user.*"]
             functions: ["myproj.privacy:scrub"]
         """
-        path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise RedactionConfigError(f"cannot read redaction rules {path}: {exc}") from None
-        if path.suffix.lower() in (".yaml", ".yml"):
-            try:
-                import yaml
-            except ImportError:
-                raise RedactionConfigError(f"{path}: YAML rules need PyYAML (pip install pyyaml); "
-                                           "or write the rules as JSON") from None
-            try:
-                data = yaml.safe_load(text)
-            except yaml.YAMLError as exc:
-                raise RedactionConfigError(f"{path}: not valid YAML: {exc}") from None
-        else:
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise RedactionConfigError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: "
-                                           f"{exc.msg}); YAML files need a .yaml suffix") from None
-        return cls.from_config(data or {}, str(path))
+        return cls.from_config(read_rules(Path(path)) or {}, str(path))
 
     # -- redaction --------------------------------------------------------------------------------
     def text(self, text: str) -> tuple[str, frozenset[str]]:
         """The text with every finding replaced, and the names of the rules that fired."""
-        if len(text) < self._min_length:
+        return self._text(text, None)
+
+    def _text(self, text: str, bound: int | None) -> tuple[str, frozenset[str]]:
+        """`text`; `bound`: the gate bits of JSON that held it (only those scans can find anything)."""
+        if len(text) < self._min_length or bound == 0:
             return text, NONE
-        hits = find(text, self._scans, self._cards)
+        if bound is None:
+            hits = self._find(text, self._scans, self._cards, self._subsets)
+        else:
+            hits = find(text, chosen(self._scans, bound, self._subsets), self._cards and bool(bound & CARD_BIT))
         if hits:
             hits = [h for h in hits if h[2] in self._enabled]
         for name, regex, group in self._patterns:
@@ -219,22 +225,94 @@ class Redactor:
 
     def value(self, value: Any) -> tuple[Any, frozenset[str]]:
         """A JSON value (str, list, dict, scalar) redacted; the very same object when nothing changed."""
+        if self._gated and value.__class__ in _CONTAINERS:
+            bits = self._json_bits(value)
+            return (value, NONE) if bits == 0 else self._value(value, bits if bits > 0 else None)
+        return self._value(value, None)
+
+    def _json_bits(self, value: Any, stop: bool = False) -> int:
+        """The gate bits of `value`'s JSON (0: no built-in rule can fire anywhere in it), or -1 when it
+        is not plain JSON. A short JSON's bits are kept: a span's attributes repeat span after span.
+        `stop`: any nonzero answer will do (`gate`)."""
+        try:
+            data = orjson.dumps(value, option=_AS_JSON)
+        except TypeError:  # a subclass, bytes, a huge int, a lone surrogate...: its strings are gated one by one
+            return -1
+        if len(data) > _VERDICT_BYTES:
+            return gate(data, stop)
+        bits = self._verdicts.get(data)
+        if bits is None:
+            bits = gate(data)
+            if len(self._verdicts) < _VERDICTS_MAX:
+                self._hold(128 + len(data))
+                self._verdicts[data] = bits
+        return bits
+
+    def _span_bits(self, values: Any, resent: Iterable[Sequence[Any]] = (),
+                   fresh: Sequence[Any] = ()) -> tuple[int, int]:
+        """The gate bits of `values`, and of these messages, from their JSON: 0 when redaction would
+        change nothing, -1 when that cannot be told (for the messages: gate each on its own).
+
+        Messages of `resent` lists (a history an agent loop sends again) answer from a memo once
+        proven clean; `fresh` ones (answers) are gated each time. Three or more are gated as one JSON
+        that only says whether they are all clean: a message with a secret among them is then found
+        by gating each, so the clean ones are not walked.
+        """
+        if not self._gated:
+            return -1, -1
+        bits = self._json_bits(values)
+        seen = self._clean.get
+        unseen = []
+        for messages in resent:
+            for message in messages:
+                if seen(id(message)) is not message:
+                    unseen.append(message)
+        return bits, self._message_bits(unseen, fresh)
+
+    def _message_bits(self, unseen: list[Any], fresh: Sequence[Any] = ()) -> int:
+        """`_span_bits` of messages not seen before (`unseen` are remembered once proven clean)."""
+        if not (unseen or fresh):
+            return 0
+        several = len(unseen) + len(fresh) > 2  # else their bits are bound enough, and gating each costs more
+        bits = self._json_bits((unseen, fresh) if fresh else unseen, stop=several)
+        if not bits and unseen:
+            self._hold(256 * len(unseen), len(unseen))
+            self._clean.update({id(message): message for message in unseen})
+        return -1 if bits and several else bits
+
+    def _remember(self, message: Any, new: Any, found: frozenset[str], size: int) -> None:
+        self._hold(size)
+        self._memo[id(message)] = (message, new, found)
+
+    def _hold(self, size: int, entries: int = 1) -> None:
+        """Count what the memos will hold next; past their byte or entry cap all three are emptied first
+        (`_MEMO_MAX_BYTES` is what the capture budget reserves for them)."""
+        if self._memo_bytes + size > _MEMO_MAX_BYTES or len(self._memo) + len(self._clean) + entries > _MEMO_MAX:
+            self._memo.clear()
+            self._clean.clear()
+            self._verdicts.clear()
+            self._memo_bytes = 0
+        self._memo_bytes += size
+
+    def _value(self, value: Any, bound: int | None) -> tuple[Any, frozenset[str]]:
+        if bound == 0:  # its JSON passed every gate: no string holds a finding, no key is named like a secret
+            return value, NONE
         cls = value.__class__
         if cls is str:
-            return self.text(value)
+            return self._text(value, bound)
         if cls is dict:
-            return self._dict(value)
+            return self._dict(value, bound)
         if cls is list or cls is tuple:
-            return self._list(value)
+            return self._list(value, bound)
         if isinstance(value, str):
-            return self.text(str(value))
+            return self._text(str(value), bound)
         if isinstance(value, Mapping):
-            return self._dict(dict(value))
+            return self._dict(dict(value), bound)
         if isinstance(value, (list, tuple)):
-            return self._list(list(value))
+            return self._list(list(value), bound)
         return value, NONE
 
-    def _dict(self, value: dict[Any, Any]) -> tuple[dict[Any, Any], frozenset[str]]:
+    def _dict(self, value: dict[Any, Any], bound: int | None) -> tuple[dict[Any, Any], frozenset[str]]:
         out: dict[Any, Any] | None = None
         names: frozenset[str] = NONE
         fields = self._fields
@@ -245,7 +323,7 @@ class Redactor:
             elif v.__class__ is str and (k in _PROTOCOL_KEYS or len(v) < self._min_length):
                 continue  # "role": "user", "type": "text": the message format, never content
             else:
-                new, found = self.value(v)
+                new, found = self._value(v, bound)
             if new is not v:
                 if out is None:
                     out = dict(value)
@@ -254,11 +332,11 @@ class Redactor:
                 names = names | found
         return (value if out is None else out), names
 
-    def _list(self, value: list[Any] | tuple[Any, ...]) -> tuple[Any, frozenset[str]]:
+    def _list(self, value: list[Any] | tuple[Any, ...], bound: int | None) -> tuple[Any, frozenset[str]]:
         items: list[Any] | None = None
         names: frozenset[str] = NONE
         for i, v in enumerate(value):
-            new, found = self.value(v)
+            new, found = self._value(v, bound)
             if new is not v:
                 if items is None:
                     items = list(value)
@@ -267,23 +345,24 @@ class Redactor:
                 names = names | found
         return (value if items is None else items), names
 
-    def messages(self, messages: list[Any]) -> tuple[list[Any], frozenset[str]]:
-        """Canonical messages redacted, each distinct message object once (an agent loop resends them)."""
+    def messages(self, messages: list[Any], bound: int | None = None) -> tuple[list[Any], frozenset[str]]:
+        """Canonical messages redacted, each distinct message object once (an agent loop resends them).
+
+        `bound`: the gate bits of JSON that held them all (`_span_bits`), or -1: gate each message.
+        """
         out: list[Any] | None = None
         names: frozenset[str] = NONE
-        memo = self._memo
+        memo, clean = self._memo, self._clean
+        if bound is None:  # the new ones at once: if clean, all are memo hits below
+            bound = self._message_bits([m for m in messages if clean.get(id(m)) is not m
+                                        and memo.get(id(m), _MISS)[0] is not m]) if self._gated else -1
         for i, message in enumerate(messages):
-            seen = memo.get(id(message))
+            seen = (message, message, NONE) if clean.get(id(message)) is message else memo.get(id(message))
             if seen is not None and seen[0] is message:
                 new, found = seen[1], seen[2]
             else:
-                new, found = self.value(message)
-                size = _rough_size(message)
-                if len(memo) >= _MEMO_MAX or self._memo_bytes + size > _MEMO_MAX_BYTES:
-                    memo.clear()
-                    self._memo_bytes = 0
-                memo[id(message)] = (message, new, found)
-                self._memo_bytes += size
+                new, found = self.value(message) if bound < 0 else self._value(message, bound)
+                self._remember(message, new, found, _rough_size(message))
             if new is not message and out is None:
                 out = list(messages[:i])
             if out is not None:
@@ -291,79 +370,22 @@ class Redactor:
             names = names | found if found else names
         return (messages if out is None else out), names
 
-    def attributes(self, attrs: Mapping[str, Any]) -> tuple[Mapping[str, Any], frozenset[str]]:
-        """Span, event or resource attributes redacted (names first, then values)."""
-        return self.value(attrs if isinstance(attrs, dict) else dict(attrs))
+    def attributes(self, attrs: Mapping[str, Any],
+                   bound: int | None = None) -> tuple[Mapping[str, Any], frozenset[str]]:
+        """Span, event or resource attributes redacted (names first, then values); `bound` as in `messages`."""
+        value = attrs if isinstance(attrs, dict) else dict(attrs)
+        return self.value(value) if bound is None else self._value(value, bound)
+
+
+def _find_all(text: str, scans: tuple[Any, ...], cards: bool, subsets: Any) -> list[Hit]:
+    return find(text, scans, cards)
 
 
 def _fn_name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__name__", None) or type(fn).__name__
 
 
-def _names(value: Any, field: str) -> list[str]:
-    if isinstance(value, str) or not isinstance(value, Iterable):
-        raise RedactionConfigError(f"{field} must be a list of names, got {value!r}")
-    names = list(value)
-    if field in ("builtins", "disable"):
-        unknown = [n for n in names if n not in BUILTINS]
-        if unknown:
-            raise RedactionConfigError(f"{field}: unknown built-in detector(s) {', '.join(map(str, unknown))}; "
-                                       f"the built-ins are {', '.join(BUILTINS)}")
-    if not all(isinstance(n, str) and n for n in names):
-        raise RedactionConfigError(f"{field} must be a list of non-empty strings, got {names!r}")
-    return names
-
-
-def _compile_pattern(name: Any, regex: Any) -> tuple[str, re.Pattern[str], int | str]:
-    if not isinstance(name, str) or not name or not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
-        raise RedactionConfigError(f"patterns: rule name {name!r} must be letters, digits, '_', '-' or '.'")
-    try:
-        compiled = regex if isinstance(regex, re.Pattern) else re.compile(regex)
-    except (re.error, TypeError) as exc:
-        raise RedactionConfigError(f"patterns.{name}: invalid regex {regex!r}: {exc}") from None
-    if compiled.match(""):
-        raise RedactionConfigError(f"patterns.{name}: the regex {compiled.pattern!r} matches the empty string")
-    return name, compiled, ("secret" if "secret" in compiled.groupindex else 0)
-
-
-def _attribute_rules(attributes: Iterable[str]) -> tuple[frozenset[str], re.Pattern[str] | None]:
-    names = _names(attributes, "attributes")
-    exact = frozenset(n.lower() for n in names if not any(c in n for c in "*?["))
-    globs = [fnmatch.translate(n.lower()) for n in names if any(c in n for c in "*?[")]
-    return exact, (re.compile("|".join(globs)) if globs else None)
-
-
-def _import_function(spec: str) -> Callable[[str], str]:
-    module, _, attr = spec.partition(":")
-    if not module or not attr:
-        raise RedactionConfigError(f"functions: {spec!r} must be 'module:function'")
-    try:
-        fn = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as exc:
-        raise RedactionConfigError(f"functions: cannot import {spec!r}: {exc}") from None
-    if not callable(fn):
-        raise RedactionConfigError(f"functions: {spec!r} is not callable")
-    return fn
-
-
 # -- what a span may store ------------------------------------------------------------------------
-def payload_switches(capture_payloads: bool | Mapping[str, bool]) -> dict[str, bool]:
-    """`capture_payloads` as kind -> bool; kinds a mapping does not name keep their payloads."""
-    if isinstance(capture_payloads, bool):
-        return dict.fromkeys(STEP_KINDS, capture_payloads)
-    if not isinstance(capture_payloads, Mapping):
-        raise ValueError(f"capture_payloads must be True, False or a mapping of step kind to bool, "
-                         f"got {capture_payloads!r}")
-    unknown = set(capture_payloads) - set(STEP_KINDS)
-    if unknown:
-        raise ValueError(f"capture_payloads: unknown step kind(s) {', '.join(map(str, sorted(unknown, key=str)))}; "
-                         f"the kinds are {', '.join(STEP_KINDS)}")
-    bad = [k for k, v in capture_payloads.items() if not isinstance(v, bool)]
-    if bad:
-        raise ValueError(f"capture_payloads: the value for {bad[0]!r} must be True or False")
-    return {kind: capture_payloads.get(kind, True) for kind in STEP_KINDS}
-
-
 def _is_payload_key(key: str) -> bool:
     return any(adapter.is_payload_key(key) for adapter in ADAPTERS)
 
@@ -423,6 +445,13 @@ class Privacy:
         if r is None:
             item.span = span
             return item
+        bits, message_bits = self._bits(r, item, span)
+        if bits == 0 == message_bits and not (span.resource and self._redacted_resource(r, span.resource)[1]):
+            if step is not None:
+                step.redacted = []
+            item.span = span  # nothing to redact: the same objects, nothing walked
+            return item
+        bound = bits if bits >= 0 else None  # the scans that can find anything: strings are not gated again
         found: set[str] = set()
 
         def note(part: str, names: frozenset[str]) -> None:
@@ -430,56 +459,76 @@ class Privacy:
 
         if step is not None:
             content = step.content
-            content.inputs, names = r.messages(content.inputs)
+            content.inputs, names = r.messages(content.inputs, message_bits)
             note("input", names)
-            content.outputs, names = r.messages(content.outputs)
+            content.outputs, names = r.messages(content.outputs, message_bits)
             note("output", names)
             if content.system:
-                content.system, names = r.messages(content.system)
+                content.system, names = r.messages(content.system, message_bits)
                 note("system", names)
             if content.tools:
-                content.tools, names = r.messages(content.tools)
+                content.tools, names = r.messages(content.tools, message_bits)
                 note("tools", names)
             if step.error_message:
-                step.error_message, names = r.text(step.error_message)
+                step.error_message, names = r._text(step.error_message, bound)
                 note("error", names)
-        item.attributes, names = r.attributes(item.attributes)
+        item.attributes, names = r.attributes(item.attributes, bound)
         note("attributes", names)
-        span, names = self._span(span)
+        span, names = self._span(span, bound)
         note("attributes", names)
         if step is not None:
             step.redacted = sorted(found)
         item.span = span
         return item
 
-    def _span(self, span: SpanRecord) -> tuple[SpanRecord, frozenset[str]]:
+    def _bits(self, r: Redactor, item: NormalizedSpan, span: SpanRecord) -> tuple[int, int]:
+        """The gate bits of the span's attributes, status, events, links and error, and of its
+        messages (`Redactor._span_bits`). A message proven clean before is not read again: an agent
+        loop resends its history."""
+        values: Any = item.attributes
+        if values.__class__ is not dict:
+            return -1, -1
+        step = item.step
+        if span.status_message or span.events or span.links or step is None or step.error_message:
+            values = [values, span.status_message, [e.attributes for e in span.events], span.links,
+                      step and step.error_message]
+        if step is None:
+            return r._span_bits(values)
+        content = step.content
+        return r._span_bits(values, (content.inputs, content.system, content.tools), content.outputs)
+
+    def _redacted_resource(self, r: Redactor, resource: Any) -> tuple[Any, frozenset[str]]:
+        """A span's resource redacted, once per resource object (a process has one)."""
+        cached = self._resource
+        if cached is None or cached[0] is not resource:
+            cached = self._resource = (resource, r.attributes(resource))
+        return cached[1]
+
+    def _span(self, span: SpanRecord, bound: int | None) -> tuple[SpanRecord, frozenset[str]]:
         """Status message, event and link attributes and the resource of a span, redacted."""
         r = self.redactor
         assert r is not None
         changes: dict[str, Any] = {}
         names: frozenset[str] = NONE
         if span.status_message:
-            text, found = r.text(span.status_message)
+            text, found = r._text(span.status_message, bound)
             if found:
                 changes["status_message"], names = text, names | found
         if span.events:
             events, changed = [], False
             for e in span.events:
-                attrs, found = r.attributes(e.attributes) if e.attributes else (e.attributes, NONE)
+                attrs, found = r.attributes(e.attributes, bound) if e.attributes else (e.attributes, NONE)
                 changed |= attrs is not e.attributes and bool(found)
                 events.append(SpanEvent(e.name, e.time_ns, attrs) if found else e)
                 names = names | found if found else names
             if changed:
                 changes["events"] = events
         if span.links and any(link.get("attributes") for link in span.links):
-            links, found = r.value(span.links)
+            links, found = r.value(span.links) if bound is None else r._value(span.links, bound)
             if found:
                 changes["links"], names = links, names | found
         if span.resource:
-            cached = self._resource
-            if cached is None or cached[0] is not span.resource:
-                cached = self._resource = (span.resource, r.attributes(span.resource))
-            resource, found = cached[1]
+            resource, found = self._redacted_resource(r, span.resource)
             if found:
                 changes["resource"], names = resource, names | found
         return (dataclasses.replace(span, **changes) if changes else span), names
