@@ -7,14 +7,23 @@ agent_replay attributes the same agent written with its own API (`accuracy_ancho
 is also judged by baselines that read the frozen trace or skip the Point-of-Commitment rule:
 last step, first errored step, and max-magnitude (the largest contrastive effect from a full
 profile, without taking the latest significant step).
+
+Cases are independent, and each is a pure function of its topology and seed (seeded trace ids;
+rollouts seeded by trace, plan and seed), so they run in one worker process per CPU and give the
+rows of a serial run; the max-magnitude profile reads back the rollouts the attribution job
+already ran instead of running them again.
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import replace
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +34,7 @@ from otel_replay.bench.accuracy_anchors import (
     format_tracefork,
     tracefork_reported,
 )
+from otel_replay.bench.machine import load_average
 from otel_replay.testing import SimulatedModelServer
 from otel_replay.testing.planted import (
     TOPOLOGIES,
@@ -38,6 +48,7 @@ from otel_replay.trajectory import Store
 
 SEEDS = 5
 SEARCH = "gallop"  # the contrastive search the benchmark measures (`otel-replay attribute --search gallop`)
+PROFILE_ROLLOUTS = 10  # per plan of the max-magnitude baseline's full profile (it needs a ranking, not tight intervals)
 
 
 def _control_seed(trace_id: str) -> int:
@@ -49,31 +60,45 @@ def _control_seed(trace_id: str) -> int:
     raise RuntimeError("no failing seed for the control")
 
 
+class _Clock:
+    """CPU seconds of this process (all its threads) per phase of a case."""
+
+    def __init__(self) -> None:
+        self.phases: dict[str, float] = {}
+        self._at = time.process_time()
+
+    def lap(self, phase: str) -> None:
+        now = time.process_time()
+        self.phases[phase] = round(now - self._at, 3)
+        self._at = now
+
+
 def _case(root: Path, topology: Topology, seed: int, rollouts: int, max_magnitude: bool) -> dict[str, Any]:
+    clock = _Clock()
     trace_id = record_planted(root, topology, model_seed=seed)
     store = Store(root)
     traj = store.trajectory(trace_id)
     verifier = "otel_replay.testing.planted:by_chance" if topology.chance else "otel_replay.testing.planted:ok"
     job_seed = _control_seed(trace_id) if topology.chance else seed
+    clock.lap("record")
     with SimulatedModelServer(replay_model(topology, seed)) as server:
         registry = planted_registry(topology, server.base_url)
+        job = Job(store, JobParams([trace_id], verifier, rollouts=rollouts, seed=job_seed, concurrency=8,
+                                   search=SEARCH), registry)
         started = time.perf_counter()
-        (result,) = Job(store, JobParams([trace_id], verifier, rollouts=rollouts, seed=job_seed, concurrency=8,
-                                      search=SEARCH),
-                        registry).run()
+        (result,) = job.run()
         wall = time.perf_counter() - started
+        clock.lap("attribution")
         magnitude = None
         if max_magnitude:
-            # a full profile, to pick the largest effect without the Point-of-Commitment rule (10 rollouts a plan:
-            # the baseline needs the ranking, not tight intervals)
-            (full,) = Job(store, JobParams([trace_id], verifier, rollouts=10, seed=job_seed, concurrency=8,
-                                           full=True), registry).run()
-            scored = [s for s in full.steps if s["estimate"] is not None]
-            magnitude = max(scored, key=lambda s: s["estimate"])["index"] if scored else None
+            magnitude, _ = max_magnitude_profile(store, job.params, registry, reuse=job.job_id)
+            clock.lap("max_magnitude")
     culprit = result.culprit
     llm_steps = [s.index for s in traj.steps if s.kind == "llm"]
     errored = [s.index for s in traj.steps if s.status == "error"]
     by_agent = {s.index: s.agent for s in traj.steps}
+    theirs = agent_replay_case(topology, seed, rollouts)
+    clock.lap("agent_replay")
     return {
         "topology": topology.name, "seed": seed, "truth": topology.culprit,
         "predicted": culprit["index"] if culprit else None,
@@ -82,27 +107,98 @@ def _case(root: Path, topology: Topology, seed: int, rollouts: int, max_magnitud
         "covered": (culprit is not None and topology.effect is not None
                     and culprit["ci_low"] <= topology.effect <= culprit["ci_high"]),
         "policy_calls": result.policy_calls, "wall_s": wall, "steps": len(traj.steps),
-        "agent_replay": agent_replay_case(topology, seed, rollouts),
+        "agent_replay": theirs,
         "baselines": {"last step": llm_steps[-1] if llm_steps else None,
                       "first errored step": errored[0] if errored else None,
                       "max magnitude (no PoC)": magnitude},
+        "cpu_s": clock.phases,
     }
 
 
-def run_accuracy_bench(quick: bool = False) -> dict[str, Any]:
+def max_magnitude_profile(store: Store, params: JobParams, registry: Any, reuse: str | None = None
+                          ) -> tuple[int | None, list[dict[str, Any]]]:
+    """The max-magnitude baseline: the step with the largest effect in a full profile (every step scored,
+    `PROFILE_ROLLOUTS` a plan), without the Point-of-Commitment rule; and the profile's step rows.
+
+    With `reuse`, the profile runs as that job (as a resume would). Its plans and seeds are that job's, so
+    the rollouts the job already ran are the same rows: they are read back from the store and only the
+    missing ones run."""
+    profile = replace(params, rollouts=PROFILE_ROLLOUTS, full=True, search="scan", adaptive=False)
+    job = Job(store, profile, registry) if reuse is None else Job(store, profile, registry, job_id=reuse)
+    (full,) = job.run()
+    scored = [s for s in full.steps if s["estimate"] is not None]
+    return (max(scored, key=lambda s: s["estimate"])["index"] if scored else None), full.steps
+
+
+def _run_case(spec: tuple[str, int, int, bool, str]) -> dict[str, Any]:
+    """One case from plain arguments (what a worker process receives)."""
+    name, seed, rollouts, max_magnitude, root = spec
+    return _case(Path(root), TOPOLOGIES[name], seed, rollouts, max_magnitude)
+
+
+def default_workers() -> int:
+    """One worker process per CPU this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and of its children that have ended (this process only without
+    `resource`, which is POSIX)."""
+    try:
+        import resource
+    except ImportError:
+        return time.process_time()
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+def _run_cases(specs: list[tuple[str, int, int, bool, str]], workers: int, loads: list[float]
+               ) -> list[dict[str, Any]]:
+    """Every case, in `specs` order; the 1-minute load average is appended to `loads` as each ends.
+
+    Cases are independent and each is a pure function of its topology and seed (seeded trace ids,
+    seeded rollouts), so running them in `workers` processes changes no row."""
+    cases: list[dict[str, Any] | None] = [None] * len(specs)
+    if workers <= 1:
+        for i, spec in enumerate(specs):
+            cases[i] = _run_case(spec)
+            loads.append(_load_1min())
+        return [c for c in cases if c is not None]
+    # spawn, not fork: the parent may hold threads (a fork copies their locks in whatever state they are);
+    # the long cases first, so the workers finish together
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        running = {pool.submit(_run_case, specs[i]): i
+                   for i in sorted(range(len(specs)), key=lambda i: -TOPOLOGIES[specs[i][0]].turns)}
+        for done in as_completed(running):
+            cases[running[done]] = done.result()
+            loads.append(_load_1min())
+    return [c for c in cases if c is not None]
+
+
+def _load_1min() -> float:
+    return round((load_average() or [0.0])[0], 2)
+
+
+def run_accuracy_bench(quick: bool = False, workers: int | None = None) -> dict[str, Any]:
     seeds = 1 if quick else SEEDS
     rollouts = 12 if quick else 20
+    workers = max(1, min(workers or default_workers(), len(TOPOLOGIES) * seeds))
     work = Path(tempfile.mkdtemp(prefix="otel-replay-bench-accuracy-"))
-    cases = []
+    specs = [(topology.name, seed, rollouts, not quick, str(work / f"{topology.name}-{seed}"))
+             for topology in TOPOLOGIES.values() for seed in range(seeds)]
+    loads = [_load_1min()]
+    started, cpu_before = time.perf_counter(), _cpu_s()
     try:
-        for topology in TOPOLOGIES.values():
-            for seed in range(seeds):
-                cases.append(_case(work / f"{topology.name}-{seed}", topology, seed, rollouts, max_magnitude=not quick))
+        cases = _run_cases(specs, workers, loads)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    elapsed, cpu = time.perf_counter() - started, _cpu_s() - cpu_before
     return {"quick": quick, "seeds": seeds, "rollouts": rollouts, "search": SEARCH, "cases": cases,
+            # the cases only (tracefork runs after them); CPU of this process and its workers
+            "run": {"workers": workers, "elapsed_s": round(elapsed, 1), "cpu_s": round(cpu, 1),
+                    "load_avg_1min": loads},  # before the first case, then as each case ended
             "tracefork": {"skipped": "not run in --quick mode"} if quick else tracefork_reported(),
-            "machine": f"{platform.machine()}, CPython {platform.python_version()}"}
+            "machine": f"{platform.machine()}, CPython {platform.python_version()}, {os.cpu_count()} CPUs"}
 
 
 def _rate(values: list[bool]) -> str:
@@ -161,7 +257,27 @@ def format_accuracy_table(result: dict[str, Any]) -> str:
         lines.append(f"Baseline {b}: top-1 {100 * sum(p == t for p, t in picks) / max(1, len(picks)):.0f}%.")
     lines += _anchor_lines(cases, names)
     lines.append(format_tracefork(result.get("tracefork") or {"skipped": "not run"}))
+    lines += _run_lines(result)
     return "\n".join(lines)
+
+
+def _run_lines(result: dict[str, Any]) -> list[str]:
+    """How long the run took and where its CPU went (absent from results written before they were recorded)."""
+    run = result.get("run")
+    if not run:
+        return []
+    phases: dict[str, float] = {}
+    for case in result["cases"]:
+        for phase, seconds in (case.get("cpu_s") or {}).items():
+            phases[phase] = phases.get(phase, 0.0) + seconds
+    names = {"record": "recording the agent runs", "attribution": "our attribution",
+             "max_magnitude": "the max-magnitude profile", "agent_replay": "agent_replay"}
+    loads = run["load_avg_1min"]
+    return [f"Run: {len(result['cases'])} cases in {run['elapsed_s'] / 60:.1f} min wall, "
+            f"{run['cpu_s'] / 60:.1f} min CPU, {run['workers']} worker process(es); 1-minute load average "
+            f"{loads[0]:.2f} at the start, {sum(loads) / len(loads):.2f} mean and {max(loads):.2f} max as the "
+            f"cases ended (its own workers count in it); {result['machine']}.",
+            "CPU by phase: " + ", ".join(f"{names.get(p, p)} {s:.0f} s" for p, s in phases.items()) + "."]
 
 
 def _anchor_lines(cases: list[dict[str, Any]], names: list[str]) -> list[str]:

@@ -35,7 +35,9 @@ BENCHMARKS: dict[str, tuple[Any, ...]] = {
     "replay": ("replay", "run_replay_bench", "format_replay_table",
                "Replay engine cost per step with instant policies, beside agent_replay."),
     "accuracy": ("accuracy", "run_accuracy_bench", "format_accuracy_table",
-                 "Top-1 culprit accuracy across planted fault topologies, beside simple baselines."),
+                 "Top-1 culprit accuracy across planted fault topologies, beside simple baselines.",
+                 [click.option("--workers", type=click.IntRange(min=1), help="Cases run in this many processes "
+                               "at once (default: one per CPU); the results are the same for any number.")]),
     "whowhen": ("whowhen", "run_whowhen_bench", "format_whowhen_table",
                 "Who&When: frozen-log baselines per subset, exact match (and the upstream substring rule)."),
     "attribution": ("attribution", "run_attribution_bench", "format_attribution_table",
@@ -44,6 +46,8 @@ BENCHMARKS: dict[str, tuple[Any, ...]] = {
               "Rollouts/s with 200 ms policies, local and on Ray; store query time and bytes per span by size.",
               [click.option("--sizes", callback=_sizes, help="Store sizes in spans, comma-separated "
                             "(default 1e5,1e6,1e7; with --quick 1e4,1e5).")]),
+    "redaction": ("redaction", "run_redaction_bench", "format_redaction_table",
+                  "Redaction per 4 KB message and per span, with its gates and without (the exact path)."),
     "reliability": ("reliability", "run_reliability_bench", "format_reliability_table",
                     "Overload, store failures, kill -9 crashes, damaged segments: what capture and the store survive."),
 }

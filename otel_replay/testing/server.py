@@ -18,6 +18,7 @@ MAX_BODY = 8 * 1024 * 1024
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in two writes: with Nagle, each reply waits ~40 ms
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
         return None
@@ -89,7 +90,9 @@ class SimulatedModelServer:
     def __init__(self, model: SimulatedModel, host: str = "127.0.0.1", port: int = 0, latency_s: float = 0.0) -> None:
         self.model = model
         self._server = _Server((host, port), model, latency_s)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="simulated-model", daemon=True)
+        # a short poll: stop() waits for the loop to notice (the default 0.5 s added that to every use)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="simulated-model",
+                                        daemon=True)
 
     @property
     def base_url(self) -> str:
