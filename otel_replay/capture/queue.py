@@ -17,13 +17,14 @@ from otel_replay.capture.sizing import MemoryBudget
 
 
 class SpanQueue:
-    __slots__ = ("_items", "length", "max_items", "max_bytes", "budget", "bytes_in", "bytes_out", "dropped")
+    __slots__ = ("_items", "length", "append", "max_items", "max_bytes", "budget", "bytes_in", "bytes_out", "dropped")
 
     def __init__(self, max_items: int, max_bytes: int) -> None:
         """`max_bytes` is capture's whole byte cap; the queue admits `budget.queue_bytes` of it."""
         self._items: collections.deque[tuple[Any, int]] = collections.deque()
         # `len()` as a C call: the producer's hot path reads it without a Python frame
         self.length = self._items.__len__
+        self.append = self._items.append  # the producer's inlined `put` (ReplayProcessor.on_end)
         self.max_items = max_items
         self.budget = MemoryBudget.of(max_bytes)
         self.max_bytes = self.budget.queue_bytes  # what `put` and `offer_all` admit
