@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 
 from otel_replay.normalize.detectors import ANCHOR_BIT, CARD_BIT, SCANS, find, gate
 from otel_replay.normalize.pipeline import normalize_span
+from otel_replay.normalize.privacy import Privacy
 from otel_replay.normalize.records import SpanEvent, SpanRecord
-from otel_replay.normalize.redact import NONE, Privacy, Redactor
+from otel_replay.normalize.redact import NONE, Redactor
 
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FAST, EXACT = Redactor(), Redactor(gates=False)

@@ -26,8 +26,9 @@ from otel_replay.cli import main as cli
 from otel_replay.export.blame import blame_spans
 from otel_replay.export.files import to_otlp_json
 from otel_replay.normalize.messages import content_hash
+from otel_replay.normalize.privacy import Privacy
 from otel_replay.normalize.records import SpanEvent
-from otel_replay.normalize.redact import BUILTINS, Privacy, RedactionConfigError, Redactor
+from otel_replay.normalize.redact import BUILTINS, RedactionConfigError, Redactor
 from otel_replay.replay.caveats import redaction_caveats
 from otel_replay.replay.policies import Registry
 from otel_replay.replay.verify import verify_factual

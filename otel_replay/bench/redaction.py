@@ -27,8 +27,9 @@ from otel_replay.bench.spans import SeededText, SyntheticSpans
 from otel_replay.normalize import redact
 from otel_replay.normalize.messages import canonical_bytes, content_hash
 from otel_replay.normalize.pipeline import normalize_span
+from otel_replay.normalize.privacy import Privacy
 from otel_replay.normalize.records import SpanRecord
-from otel_replay.normalize.redact import Privacy, Redactor
+from otel_replay.normalize.redact import Redactor
 from otel_replay.normalize.sources.sdk import span_from_sdk
 from otel_replay.replay import engine
 from otel_replay.store.rows import RowBatch, RowBuilder
@@ -48,7 +49,7 @@ def cpu_us(fn: Callable[[], object], batch: int = 10, rounds: int = 1500) -> flo
 
 def samples() -> dict[str, str]:
     """4 KB texts of the kinds an agent's messages hold."""
-    prose = " ".join(inspect.getdoc(m) or "" for m in (redact, engine, redact.Redactor, redact.Privacy)) * 3
+    prose = " ".join(inspect.getdoc(m) or "" for m in (redact, engine, Redactor, Privacy)) * 3
     tool_json = json.dumps([{"order_id": 100234 + i, "amount": round(i * 13.37, 2), "status": "shipped",
                              "created": f"2025-01-{i % 28 + 1:02d}T10:{i % 60:02d}:00Z"} for i in range(60)])
     planted = (" key sk-proj-abcdefghijklmnopqrstuvwx1234 mail bob@example.com card 4111 1111 1111 1111 ")

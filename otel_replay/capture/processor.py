@@ -29,8 +29,9 @@ from otel_replay.capture.sizing import (
 )
 from otel_replay.capture.writer import CaptureWriter
 from otel_replay.normalize.content import CONTENT_EVENTS
+from otel_replay.normalize.privacy import Privacy
 from otel_replay.normalize.records import LogEvent, SpanRecord
-from otel_replay.normalize.redact import Privacy, Redactor
+from otel_replay.normalize.redact import Redactor
 from otel_replay.store.location import StoreLocation
 
 # A span is captured when it carries one of these keys (GenAI semconv, OpenInference, OpenLLMetry,

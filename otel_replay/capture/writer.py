@@ -35,8 +35,8 @@ from otel_replay.capture.queue import SpanQueue  # noqa: I001
 from otel_replay.capture.sizing import record_size
 from otel_replay.normalize.content_settings import content_setting_hint
 from otel_replay.normalize.pipeline import NormalizedSpan, join_logs, normalize_span
+from otel_replay.normalize.privacy import DEFAULT_PRIVACY
 from otel_replay.normalize.records import LogEvent, SpanRecord
-from otel_replay.normalize.redact import DEFAULT_PRIVACY
 from otel_replay.normalize.sources.sdk import log_from_sdk, span_from_sdk
 from otel_replay.store.location import StoreLocation
 from otel_replay.store.rows import RowBatch, RowBuilder

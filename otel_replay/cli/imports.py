@@ -9,7 +9,7 @@ import click
 
 from otel_replay.cli.output import StoreCommand
 from otel_replay.cli.privacy import privacy_from, privacy_options
-from otel_replay.normalize.redact import Privacy
+from otel_replay.normalize.privacy import Privacy
 from otel_replay.normalize.sources.files import SourceBatch, UnreadableFile, read
 from otel_replay.store.ingest import IngestResult, ingest
 from otel_replay.trajectory import Store

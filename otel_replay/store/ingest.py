@@ -5,7 +5,7 @@ so importing a file twice, or two overlapping exports, stores each span once.
 
 Redaction and the payload switches are passed in as `privacy`, a callable applied to each
 normalized span before its rows are built (the store knows no detector or convention); the
-default is `normalize.redact.DEFAULT_PRIVACY`, the built-in detectors. `privacy=None` stores
+default is `normalize.privacy.DEFAULT_PRIVACY`, the built-in detectors. `privacy=None` stores
 content as it came.
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 from otel_replay.normalize.bulk import paused_gc
 from otel_replay.normalize.pipeline import NormalizedSpan, normalize_spans
+from otel_replay.normalize.privacy import DEFAULT_PRIVACY
 from otel_replay.normalize.records import LogEvent, SpanRecord
-from otel_replay.normalize.redact import DEFAULT_PRIVACY
 from otel_replay.store.catalog import Catalog
 from otel_replay.store.location import StoreLike, StoreLocation
 from otel_replay.store.rows import RowBatch, RowBuilder

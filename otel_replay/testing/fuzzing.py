@@ -87,7 +87,7 @@ def assert_storable(spans: list[Any], logs: list[Any] = ()) -> None:  # type: ig
         check_log(log)
     normalized, _ = normalize_spans(spans, logs)
     try:  # what ingest and the capture writer do next: redact (when the redaction layer is there)
-        from otel_replay.normalize.redact import DEFAULT_PRIVACY
+        from otel_replay.normalize.privacy import DEFAULT_PRIVACY
     except ImportError:
         DEFAULT_PRIVACY = None  # noqa: N806
     if DEFAULT_PRIVACY is not None:
