@@ -2,14 +2,13 @@
 
     python examples/service/app.py [--store DIR] [--port 0] [--model-seed 2]
 
-A plain WSGI app on the stdlib's threading `wsgiref` server (127.0.0.1). Each request runs the
-support agent (`otel_replay.testing.support_agent`): the real `openai` SDK against a simulated
-model that this process starts on 127.0.0.1, traced by the real
-`opentelemetry-instrumentation-openai-v2`, captured by `ReplayProcessor` into `--store`. Every
-request is one trace whose root is a SERVER span (`POST /ask`) around the agent, as a real
-service's traces look. Nothing is faked: the simulated model copies the order id wrong on its
-own now and then (the support script's 10% typo rate, seeded by `--model-seed` and the question),
-and the customer is then refused the refund they were owed.
+A plain ASGI app served by uvicorn on 127.0.0.1. The real `opentelemetry-instrumentation-asgi`
+middleware makes each request's SERVER span (`POST /ask`); inside it the support agent
+(`otel_replay.testing.support_agent`) runs the real `openai` SDK against a simulated model that
+this process starts on 127.0.0.1, traced by the real `opentelemetry-instrumentation-openai-v2`,
+captured by `ReplayProcessor` into `--store`. Nothing is faked: the simulated model copies the
+order id wrong on its own now and then (the support script's 10% typo rate, seeded by
+`--model-seed` and the question), and the customer is then refused the refund they were owed.
 
 Prints `listening on http://127.0.0.1:PORT` when ready; SIGTERM or Ctrl-C stops it and flushes
 every captured span to the store.
@@ -18,13 +17,13 @@ every captured span to the store.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import signal
+import socket
 import sys
-from collections.abc import Callable, Iterable
-from socketserver import ThreadingMixIn
+from collections.abc import Awaitable, Callable
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from otel_replay.store import default_root
 from otel_replay.testing.recording import enable_content_capture, run_tool_loop
@@ -33,24 +32,12 @@ from otel_replay.testing.support_agent import SYSTEM, TOOL_FUNCTIONS, TOOLS, sup
 
 SERVICE = "support-service"
 MAX_BODY = 64 * 1024
-StartResponse = Callable[..., Any]
-
-
-class ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
-    """One thread per request, as a small production WSGI server would do."""
-
-    daemon_threads = True
-
-
-class QuietHandler(WSGIRequestHandler):
-    """No access log on stderr (the traces are the log)."""
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's name
-        return None
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class SupportService:
-    """The WSGI app, with its OpenTelemetry setup and its model client."""
+    """The ASGI app, with its OpenTelemetry setup and its model client."""
 
     def __init__(self, store: str, model_seed: int) -> None:
         enable_content_capture()  # message content on spans: set before the instrumentation is imported
@@ -72,67 +59,89 @@ class SupportService:
         self.model_server = SimulatedModelServer(support_model(model_seed)).start()
         self.client = openai.OpenAI(base_url=self.model_server.base_url, api_key="sim", max_retries=0)
 
+    def asgi(self) -> Any:
+        """The app as served: wrapped in the real ASGI instrumentation, which opens the SERVER span."""
+        from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+
+        return OpenTelemetryMiddleware(self, excluded_urls="healthz", tracer_provider=self.provider,
+                                       exclude_spans=["receive", "send"])
+
     def close(self) -> None:
         """Stop the model, uninstrument, and flush every accepted span to the store."""
         self.model_server.stop()
         self.instrumentor.uninstrument()
         self.provider.shutdown()
 
-    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        from opentelemetry.trace import SpanKind, Status, StatusCode
-
-        method, path = environ.get("REQUEST_METHOD", "GET"), environ.get("PATH_INFO", "/")
+    async def __call__(self, scope: dict[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            return await _lifespan(receive, send)
+        if scope["type"] != "http":
+            return None
+        method, path = scope.get("method", "GET"), scope.get("path", "/")
         if path == "/healthz":
-            return _reply(start_response, 200, {"status": "ok"})
+            return await _reply(send, 200, {"status": "ok"})
         if path != "/ask":
-            return _reply(start_response, 404, {"error": f"no route {path}; POST /ask"})
+            return await _reply(send, 404, {"error": f"no route {path}; POST /ask"})
         if method != "POST":
-            return _reply(start_response, 405, {"error": "use POST /ask"})
-        attributes = {"http.request.method": method, "http.route": "/ask", "url.path": path, "url.scheme": "http",
-                      "server.address": environ.get("SERVER_NAME", "127.0.0.1"),
-                      "server.port": int(environ.get("SERVER_PORT") or 0),
-                      "user_agent.original": environ.get("HTTP_USER_AGENT", "")}
-        with self.tracer.start_as_current_span("POST /ask", kind=SpanKind.SERVER, attributes=attributes) as span:
-            question = _question(environ)
-            if question is None:
-                span.set_attribute("http.response.status_code", 400)
-                return _reply(start_response, 400, {"error": 'send JSON {"question": "..."}'})
-            messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
-            try:
-                answer, trace_id = run_tool_loop(self.client, self.tracer, "support-agent", messages, TOOLS,
-                                                 TOOL_FUNCTIONS, temperature=0.7)
-            except Exception as exc:  # noqa: BLE001 - a failed request is a 500 and an errored span
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-                span.set_attribute("http.response.status_code", 500)
-                return _reply(start_response, 500, {"error": f"{type(exc).__name__}: {exc}"})
-            span.set_attribute("http.response.status_code", 200)
-            return _reply(start_response, 200, {"answer": answer, "trace_id": trace_id})
+            return await _reply(send, 405, {"error": "use POST /ask"})
+        question = _question(await _body(receive))
+        if question is None:
+            return await _reply(send, 400, {"error": 'send JSON {"question": "..."}'})
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+        try:  # the agent is synchronous (the openai client): a worker thread, with this request's trace context
+            answer, trace_id = await asyncio.to_thread(run_tool_loop, self.client, self.tracer, "support-agent",
+                                                       messages, TOOLS, TOOL_FUNCTIONS, temperature=0.7)
+        except Exception as exc:  # noqa: BLE001 - a failed request is a 500 (the middleware marks the span)
+            return await _reply(send, 500, {"error": f"{type(exc).__name__}: {exc}"})
+        return await _reply(send, 200, {"answer": answer, "trace_id": trace_id})
 
 
-def _question(environ: dict[str, Any]) -> str | None:
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def _body(receive: Receive) -> bytes:
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            return b""
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _question(body: bytes) -> str | None:
     try:
-        length = min(int(environ.get("CONTENT_LENGTH") or 0), MAX_BODY)
-        body = json.loads(environ["wsgi.input"].read(length) or b"null")
-    except (ValueError, OSError):
+        data = json.loads(body or b"null")
+    except ValueError:
         return None
-    question = body.get("question") if isinstance(body, dict) else None
+    question = data.get("question") if isinstance(data, dict) else None
     return question if isinstance(question, str) and question.strip() else None
 
 
-def _reply(start_response: StartResponse, status: int, body: dict[str, Any]) -> list[bytes]:
+async def _reply(send: Send, status: int, body: dict[str, Any]) -> None:
     data = json.dumps(body).encode()
-    reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 500: "Internal Server Error"}
-    start_response(f"{status} {reason[status]}", [("Content-Type", "application/json"),
-                                                  ("Content-Length", str(len(data)))])
-    return [data]
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+    await send({"type": "http.response.body", "body": data})
 
 
 def _stop(signum: int, frame: Any) -> None:
-    raise SystemExit(0)  # unwinds serve_forever on the main thread, so the finally below flushes
+    raise SystemExit(0)  # uvicorn re-raises the signal it caught once it has shut down: then flush, below
 
 
 def main() -> None:
+    import uvicorn
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", default=str(default_root()), help="store directory (default: $OTEL_REPLAY_STORE or ./otel-replay-store)")
     parser.add_argument("--port", type=int, default=8080, help="port on 127.0.0.1 (0: a free port; default 8080)")
@@ -140,15 +149,20 @@ def main() -> None:
                         help="the simulated model's seed (default 2: 3 of load.py's 20 questions get the typo)")
     args = parser.parse_args()
     service = SupportService(args.store, args.model_seed)
-    server = make_server("127.0.0.1", args.port, service, server_class=ThreadingWSGIServer, handler_class=QuietHandler)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", args.port))
+    sock.listen(128)  # connections made from now on wait in the backlog until uvicorn accepts them
+    # uvicorn handles SIGTERM and Ctrl-C itself (stops accepting, finishes open requests), then re-raises it
     signal.signal(signal.SIGTERM, _stop)
-    print(f"listening on http://127.0.0.1:{server.server_port} (store: {args.store})", flush=True)
+    server = uvicorn.Server(uvicorn.Config(service.asgi(), log_level="warning", access_log=False))
+    print(f"listening on http://127.0.0.1:{sock.getsockname()[1]} (store: {args.store})", flush=True)
     try:
-        server.serve_forever()
+        server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     finally:
-        server.server_close()
+        sock.close()
         service.close()
         print(f"stopped; captured spans flushed to {args.store}", flush=True)
     sys.exit(0)
