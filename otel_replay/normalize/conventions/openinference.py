@@ -50,16 +50,23 @@ def _exact_tool_results(messages: list[dict[str, Any]], wire: list[dict[str, Any
 
     With `OPENINFERENCE_ENABLE_GENAI_SEMCONV=true`, `gen_ai.input.messages` carries a JSON tool
     result as an object, while `llm.input_messages.{i}.message.content` keeps the exact string,
-    which is what every other convention stores.
+    which is what every other convention stores. A message is replaced, never changed: the
+    canonical ones are memoized and shared across spans (a change would reach a message that
+    redaction already proved clean in another span, and store a secret unredacted).
     """
     def responses(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [p for m in msgs for p in m.get("parts", []) if p.get("type") == "tool_call_response"]
 
+    def parsed(part: dict[str, Any]) -> bool:
+        return part.get("type") == "tool_call_response" and not isinstance(part.get("response"), str) \
+            and part.get("id") in sent
+
     sent = {p["id"]: p["response"] for p in responses(wire)
             if p.get("id") is not None and isinstance(p.get("response"), str)}
-    for part in responses(messages):
-        if not isinstance(part.get("response"), str) and part.get("id") in sent:
-            part["response"] = sent[part["id"]]
+    for i, message in enumerate(messages):
+        parts = message.get("parts", [])
+        if any(parsed(p) for p in parts):
+            messages[i] = {**message, "parts": [{**p, "response": sent[p["id"]]} if parsed(p) else p for p in parts]}
 
 
 class OpenInference:
