@@ -93,3 +93,23 @@ def test_a_problem_on_many_spans_is_said_once_and_counted(tmp_path, caplog):
     assert len(said) == 1 and "the rest are counted" in said[0]
     assert processor.stats["skipped"]["unreadable payload (genai)"] == 50
     processor.shutdown()
+
+
+def test_the_redactor_keeps_no_more_text_alive_than_its_share():
+    """Messages proven clean are remembered (an agent loop resends them): distinct large messages
+    must not pile up in that memo beyond the bytes the capture budget reserves for it."""
+    from otel_replay.normalize.pipeline import normalize_span
+    from otel_replay.normalize.privacy import Privacy
+
+    privacy = Privacy()
+    body = "x" * 131_072
+    for i in range(400):  # 400 distinct 128 KB messages: 52 MB of text offered
+        attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+                      "gen_ai.input.messages": f'[{{"role": "user", "parts": [{{"type": "text", "content": "{i} {body}"}}]}}]',
+                      "gen_ai.output.messages": '[{"role": "assistant", "parts": [{"type": "text", "content": "ok"}]}]'}
+        item = privacy(normalize_span(SpanRecord(f"{i:032x}", f"{i + 1:016x}", None, "chat", attributes=attributes), ()))
+        assert item.step is not None and item.step.redacted == []
+    redactor = privacy.redactor
+    kept = {id(m): m for m in redactor._clean.values()} | {id(m): m for m, _, _ in redactor._memo.values()}
+    text = sum(len(p.get("content", "")) for m in kept.values() for p in m.get("parts", []))
+    assert text <= REDACTOR_MEMO_BYTES, (len(kept), text)

@@ -269,7 +269,7 @@ class Redactor:
         several = len(unseen) + len(fresh) > 2  # else their bits are bound enough, and gating each costs more
         bits = self._json_bits((unseen, fresh) if fresh else unseen, stop=several)
         if not bits and unseen:
-            self._hold(256 * len(unseen), len(unseen))
+            self._hold(sum(map(_rough_size, unseen)), len(unseen))  # they stay alive: count their text
             self._clean.update({id(message): message for message in unseen})
         return -1 if bits and several else bits
 
