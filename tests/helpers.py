@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from opentelemetry.sdk.resources import Resource
@@ -41,3 +43,30 @@ def run_module(module: str, *args: str, env: dict[str, str] | None = None, timeo
     if done.returncode != 0:
         raise AssertionError(f"{module} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
     return done.stdout
+
+
+@contextmanager
+def local_s3(scratch: Path) -> Iterator[dict[str, str]]:
+    """An S3-compatible server (moto) on 127.0.0.1, and the environment a client needs to reach it
+    (set while inside; `scratch` is a directory for an empty AWS config). Needs the s3-test extra."""
+    import pytest
+    import s3fs
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    nowhere = scratch / "none"
+    env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_CONFIG_FILE": str(nowhere), "AWS_SHARED_CREDENTIALS_FILE": str(nowhere)}
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            for key, value in env.items():
+                mp.setenv(key, value)
+            mp.delenv("AWS_PROFILE", raising=False)
+            s3fs.S3FileSystem.clear_instance_cache()  # an instance made before would keep another endpoint
+            yield env
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
+        server.stop()

@@ -13,6 +13,7 @@ import pytest
 
 from otel_replay.attribution.lock import JobLock, JobLocked
 from otel_replay.store.location import StoreLocation
+from tests.helpers import local_s3
 
 
 def _memory() -> StoreLocation:
@@ -60,23 +61,8 @@ def test_a_lease_its_holder_stopped_renewing_is_taken_over():
 
 def test_on_s3_the_lease_is_created_exclusively(tmp_path_factory):
     s3fs = pytest.importorskip("s3fs", reason="the s3 extra: pip install 'otel-replay[s3,s3-test]'")
-    moto_server = pytest.importorskip("moto.server", reason="the s3-test extra: pip install 'otel-replay[s3-test]'")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    nowhere = tmp_path_factory.mktemp("aws") / "none"
-    env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_CONFIG_FILE": str(nowhere), "AWS_SHARED_CREDENTIALS_FILE": str(nowhere)}
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            for key, value in env.items():
-                mp.setenv(key, value)
-            mp.delenv("AWS_PROFILE", raising=False)
-            s3fs.S3FileSystem.clear_instance_cache()
-            bucket = f"b-{uuid.uuid4().hex[:12]}"
-            s3fs.S3FileSystem().mkdir(bucket)
-            _exercise(StoreLocation(f"s3://{bucket}/store"))
-    finally:
-        s3fs.S3FileSystem.clear_instance_cache()
-        server.stop()
+    pytest.importorskip("moto.server", reason="the s3-test extra: pip install 'otel-replay[s3-test]'")
+    with local_s3(tmp_path_factory.mktemp("aws")):
+        bucket = f"b-{uuid.uuid4().hex[:12]}"
+        s3fs.S3FileSystem().mkdir(bucket)
+        _exercise(StoreLocation(f"s3://{bucket}/store"))

@@ -22,31 +22,18 @@ from otel_replay.store.compact import compact_store
 from otel_replay.store.ingest import ingest
 from otel_replay.store.layout import write_segment
 from otel_replay.store.schema import TABLES, schema_of
-from tests.helpers import REPO, chat_attributes, provider_with
+from tests.helpers import REPO, chat_attributes, local_s3, provider_with
 from tests.test_store import _chat_span
 
 s3fs = pytest.importorskip("s3fs", reason="the s3 extra: pip install 'otel-replay[s3,s3-test]'")
-moto_server = pytest.importorskip("moto.server", reason="the s3-test extra: pip install 'otel-replay[s3-test]'")
+pytest.importorskip("moto.server", reason="the s3-test extra: pip install 'otel-replay[s3-test]'")
 
 
 @pytest.fixture(scope="module")
 def s3_env(tmp_path_factory):
     """An S3-compatible server on 127.0.0.1 and the environment a client needs to reach it."""
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    nowhere = tmp_path_factory.mktemp("aws") / "none"
-    env = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_CONFIG_FILE": str(nowhere), "AWS_SHARED_CREDENTIALS_FILE": str(nowhere)}
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in env.items():
-            mp.setenv(key, value)
-        mp.delenv("AWS_PROFILE", raising=False)
-        s3fs.S3FileSystem.clear_instance_cache()  # an instance made before would keep another endpoint
+    with local_s3(tmp_path_factory.mktemp("aws")) as env:
         yield env
-    s3fs.S3FileSystem.clear_instance_cache()
-    server.stop()
 
 
 @pytest.fixture()
