@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from otel_replay.store.location import OBJECT_STORES, StoreLocation
+from otel_replay.store.lease import put_lease, read_lease
+from otel_replay.store.location import StoreLocation
 
 try:
     import fcntl
@@ -139,24 +140,11 @@ class JobLock:
                         "at the same moment; try again")
 
     def _put(self, *, exclusive: bool) -> None:
-        location = self.location
         body = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "renewed_ns": time.time_ns()}).encode()
-        path = f"{location.path}/{self.lease}"
-        try:
-            if location.protocol not in OBJECT_STORES:  # a filesystem with directories
-                location.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-            location.fs.pipe_file(path, body, **({"mode": "create"} if exclusive else {}))
-        except FileExistsError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - one error type for the caller
-            raise OSError(f"cannot write {location.uri(self.lease)}: {exc}") from exc
+        put_lease(self.location, self.lease, body, exclusive=exclusive)
 
     def _holder(self) -> dict[str, Any] | None:
-        try:
-            holder = json.loads(self.location.read_bytes(self.lease))
-        except (OSError, ValueError):
-            return None
-        return holder if isinstance(holder, dict) else None
+        return read_lease(self.location, self.lease)
 
     def _renew(self, stop: threading.Event) -> None:
         while not stop.wait(self.heartbeat_s):

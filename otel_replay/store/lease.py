@@ -89,19 +89,33 @@ class CompactorLease:
         raise CompactionRunning(f"cannot take the compaction lease {self.location.uri(LEASE)}")
 
     def _create(self, body: bytes) -> None:
-        """Exclusive create; fsspec's default `mode="create"` checks, then puts (S3 is truly exclusive)."""
-        fs, path = self.location.fs, f"{self.location.path}/{LEASE}"
-        try:
-            if self.location.protocol not in OBJECT_STORES:  # a filesystem with directories
-                fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-            fs.pipe_file(path, body, mode="create")
-        except FileExistsError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - one error type for the caller
-            raise OSError(f"cannot write {self.location.uri(LEASE)}: {exc}") from exc
+        put_lease(self.location, LEASE, body, exclusive=True)
 
     def _holder(self) -> dict[str, Any] | None:
-        try:
-            return json.loads(self.location.read_bytes(LEASE))
-        except (OSError, ValueError):
-            return None
+        return read_lease(self.location, LEASE)
+
+
+def put_lease(location: StoreLocation, rel: str, body: bytes, *, exclusive: bool) -> None:
+    """Write a lease object; `exclusive` creates it only if absent (FileExistsError otherwise).
+
+    fsspec's `mode="create"` checks, then puts: truly exclusive on S3, nearly so elsewhere (the
+    holder in the body tells who won). Any other failure is one OSError naming the object.
+    """
+    path = f"{location.path}/{rel}"
+    try:
+        if location.protocol not in OBJECT_STORES:  # a filesystem with directories
+            location.fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        location.fs.pipe_file(path, body, **({"mode": "create"} if exclusive else {}))
+    except FileExistsError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one error type for the caller
+        raise OSError(f"cannot write {location.uri(rel)}: {exc}") from exc
+
+
+def read_lease(location: StoreLocation, rel: str) -> dict[str, Any] | None:
+    """The holder a lease object names, or None if it is gone or unreadable."""
+    try:
+        holder = json.loads(location.read_bytes(rel))
+    except (OSError, ValueError):
+        return None
+    return holder if isinstance(holder, dict) else None
