@@ -53,6 +53,11 @@ def test_the_run_did_what_it_claims(result: dict) -> None:
     assert metrics["on_end_dropping"]["replay_dropped_fraction"] > 0.5
     assert result["writer"]["written_spans"] == result["writer"]["spans"]
     assert result["writer"]["stored_bytes_per_round"] > 0
+    stages = result["writer"]["stages"]
+    assert stages["spans"] == result["writer"]["spans"]
+    assert all(us > 0 for us in stages["us_per_span"].values())
+    assert stages["total_us_per_span"] == pytest.approx(sum(stages["us_per_span"].values()))
+    assert stages["parquet_write_ceiling_spans_per_s"] > stages["spans_per_cpu_s"]
     storage = result["storage"]
     assert storage["steps"] == 2 * 20 * storage["runs"]
     assert 0 < storage["stored_bytes"] < storage["raw_bytes"]
@@ -71,5 +76,6 @@ def test_table_names_every_metric_and_both_processors(result: dict) -> None:
         assert label in table
     assert "ReplayProcessor" in table and "BatchSpanProcessor" in table
     assert "pass" in table or "FAIL" in table
+    assert "Writer stages, CPU µs per span" in table and "parquet write" in table
     header, rule = table.splitlines()[:2]
     assert header.startswith("| metric") and set(rule) <= {"|", "-"}

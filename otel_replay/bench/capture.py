@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_replay.bench.machine import load_average, machine_info
 from otel_replay.bench.spans import TURNS, NoopExporter, SeededText, SyntheticSpans, payload_bytes
+from otel_replay.bench.writer_stages import format_stages, writer_stages
 from otel_replay.capture import ReplayProcessor
 
 BASELINE = "BatchSpanProcessor (no-op exporter)"
@@ -281,6 +282,7 @@ def bench_writer(pool: list[ReadableSpan], sizes: Sizes, store: Path) -> dict[st
                      "ratio_vs_batch": replay_rate / batch_rate},
         "spans": len(spans), "written_spans": written, "payload_bytes_per_span": raw / len(spans),
         "stored_bytes_per_round": _parquet_bytes(store) / sizes.writer_rounds,
+        "stages": writer_stages(spans, rounds=sizes.writer_rounds),
     }
 
 
@@ -459,6 +461,7 @@ def _notes(result: dict) -> list[str]:
         f"Writer: {writer['spans']} distinct spans of {writer['payload_bytes_per_span']:,.0f} payload bytes, "
         f"from the first on_end until force_flush returned (normalize, content-address, Parquet zstd, fsync); "
         f"the baseline's time is enqueue plus a no-op export, with nothing written.",
+        *([format_stages(writer["stages"])] if "stages" in writer else []),
         f"Storage: {storage['runs']} agent runs x {TURNS} turns ({storage['steps']} chat + tool steps, "
         f"{storage['raw_bytes']:,} raw payload bytes, {storage['stored_bytes']:,} bytes of Parquet across all "
         f"tables). The baseline column is the OTLP/protobuf request for the same spans"
