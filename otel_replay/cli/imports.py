@@ -11,7 +11,8 @@ from otel_replay.cli.output import StoreCommand
 from otel_replay.cli.privacy import privacy_from, privacy_options
 from otel_replay.normalize.privacy import Privacy
 from otel_replay.normalize.sources.files import SourceBatch, UnreadableFile, read
-from otel_replay.store.ingest import IngestResult, ingest
+from otel_replay.store.ingest import IngestResult
+from otel_replay.store.ingest_parallel import ingest_parallel
 from otel_replay.trajectory import Store
 
 FORMATS = ("otlp", "langsmith", "langfuse", "jaeger", "whowhen", "auto")
@@ -39,9 +40,11 @@ def make_import(fmt: str) -> click.Command:
     @click.command(name=fmt, cls=StoreCommand)
     @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
     @privacy_options
+    @click.option("--jobs", "-j", type=click.IntRange(min=0), default=0, show_default=True,
+                  help="Worker processes for large imports (0: one per core, up to 8); each takes whole traces.")
     @click.pass_obj
     def command(store: Store, paths: tuple[Path, ...], redact_rules: Path | None, no_redact: bool,
-                payloads: str) -> None:
+                payloads: str, jobs: int) -> None:
         privacy = Privacy(*privacy_from(redact_rules, no_redact, payloads))
         batches = []
         for path in paths:
@@ -53,7 +56,8 @@ def make_import(fmt: str) -> click.Command:
         logs = [g for b in batches for g in b.logs]
         source = "import:" + ",".join(sorted({b.format for b in batches}))
         store.root.ensure()
-        result = ingest(store.root, spans, logs, source=source, skip_existing=True, privacy=privacy)
+        result = ingest_parallel(store.root, spans, logs, source=source, skip_existing=True, privacy=privacy,
+                                 jobs=jobs)
         _summary(batches, result)
 
     command.help = {

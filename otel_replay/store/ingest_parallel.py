@@ -1,0 +1,120 @@
+"""Large imports on several cores: the traces split between forked worker processes.
+
+Every trace goes whole to one worker (chosen by a hash of its id), with the log events of its
+spans, so each worker normalizes, deduplicates and joins exactly as a single `ingest` would and
+writes its own segments (segment names are unique per process). The records were read before the
+fork and are shared copy-on-write, so nothing is serialized on the way in; each worker sends back
+only its `IngestResult`. A worker's failure fails the import, as it would alone: the workers that
+finished keep their traces, and a rerun (idempotent) stores the rest.
+
+Needs the `fork` start method (Linux); elsewhere, and for small inputs, `ingest` runs in-process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from otel_replay.normalize.pipeline import NormalizedSpan
+from otel_replay.normalize.privacy import DEFAULT_PRIVACY
+from otel_replay.normalize.records import LogEvent, SpanRecord
+from otel_replay.store.ingest import IngestResult, ingest
+from otel_replay.store.location import StoreLike
+
+MIN_SPANS_PER_JOB = 5_000  # below this a worker costs more (fork, its own DuckDB) than it saves
+MAX_AUTO_JOBS = 8
+
+
+def can_fork() -> bool:
+    """Whether worker processes can share the parent's records (fork start method, not macOS)."""
+    return sys.platform != "darwin" and "fork" in multiprocessing.get_all_start_methods()
+
+
+def jobs_for(spans: int, traces: int, requested: int | None = None) -> int:
+    """Worker processes for an import: `requested`, at most one per trace; 0 or None: one per
+    core (at most `MAX_AUTO_JOBS`) and one per `MIN_SPANS_PER_JOB` spans. 1 where fork is missing."""
+    if not can_fork():
+        return 1
+    if requested:
+        return max(1, min(requested, traces))
+    return max(1, min(os.cpu_count() or 1, MAX_AUTO_JOBS, spans // MIN_SPANS_PER_JOB))
+
+
+def partition_of(trace_id: str | None, jobs: int) -> int:
+    """The worker of a trace: stable across runs and processes (crc32, not the salted `hash`)."""
+    return zlib.crc32((trace_id or "").encode("utf-8", "surrogatepass")) % jobs
+
+
+@dataclass(slots=True)
+class _Work:
+    root: StoreLike
+    spans: list[list[SpanRecord]]
+    logs: list[list[LogEvent]]
+    source: str
+    skip_existing: bool
+    privacy: Callable[[NormalizedSpan], NormalizedSpan] | None
+
+
+_WORK: _Work | None = None  # set in the parent just before the fork; the workers inherit it
+
+
+def _run_part(index: int) -> IngestResult:
+    work = _WORK
+    assert work is not None  # noqa: S101 - set before the pool forked this process
+    return ingest(work.root, work.spans[index], work.logs[index], source=work.source,
+                  skip_existing=work.skip_existing, privacy=work.privacy)
+
+
+def split(spans: Sequence[SpanRecord], logs: Iterable[LogEvent], jobs: int) -> tuple[list[list[SpanRecord]],
+                                                                                     list[list[LogEvent]]]:
+    """Spans by trace; each log event with the span it names (as `join_logs` matches), else by its trace."""
+    span_parts: list[list[SpanRecord]] = [[] for _ in range(jobs)]
+    owner: dict[str, int] = {}
+    for span in spans:
+        part = partition_of(span.trace_id, jobs)
+        span_parts[part].append(span)
+        owner[span.span_id] = part
+    log_parts: list[list[LogEvent]] = [[] for _ in range(jobs)]
+    for log in logs:
+        part = owner.get(log.span_id or "")
+        log_parts[partition_of(log.trace_id, jobs) if part is None else part].append(log)
+    return span_parts, log_parts
+
+
+def merge(results: Sequence[IngestResult]) -> IngestResult:
+    merged = IngestResult()
+    for result in results:
+        merged.spans += result.spans
+        merged.steps += result.steps
+        merged.traces += result.traces
+        merged.already_stored += result.already_stored
+        merged.problems.extend(result.problems)
+        merged.unmatched_logs += result.unmatched_logs
+        merged.redacted_steps += result.redacted_steps
+        merged.segments.extend(result.segments)
+    return merged
+
+
+def ingest_parallel(root: StoreLike, spans: Sequence[SpanRecord], logs: Iterable[LogEvent] = (), *, source: str,
+                    skip_existing: bool = False, jobs: int | None = None,
+                    privacy: Callable[[NormalizedSpan], NormalizedSpan] | None = DEFAULT_PRIVACY) -> IngestResult:
+    """`ingest` on `jobs_for(...)` worker processes (`jobs`: 0 or None for one per core); the same rows
+    as one `ingest`, in several segments."""
+    global _WORK
+    workers = jobs_for(len(spans), len({s.trace_id for s in spans}), jobs)
+    if workers <= 1:
+        return ingest(root, spans, logs, source=source, skip_existing=skip_existing, privacy=privacy)
+    span_parts, log_parts = split(spans, logs, workers)
+    _WORK = _Work(root, span_parts, log_parts, source, skip_existing, privacy)
+    try:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            results: list[Any] = list(pool.map(_run_part, range(workers)))
+    finally:
+        _WORK = None
+    return merge(results)
