@@ -48,7 +48,7 @@ def test_code_rows_match_the_declared_schema():
     json_schema = _step_json_schema()
     assert sorted(json_schema["properties"]) == sorted(schema_of("step_rows").names)
     assert set(json_schema["required"]) == {f.name for f in schema_of("step_rows") if not f.nullable}
-    jsonschema.validate(step_row, json_schema)
+    jsonschema.validate(json.loads(json.dumps(step_row)), json_schema)  # the row as JSON (tuples are arrays)
 
 
 def test_views_expose_every_declared_column(tmp_path):

@@ -155,10 +155,12 @@ class RowBuilder:
                 "tool_call_id": step.tool_call_id,
                 "system_hash": self._address(batch, "system", None, content.system) if content.system else None,
                 "tools_hash": self._address(batch, "tools", None, content.tools) if content.tools else None,
-                "input_hashes": [self._address(batch, "message", m.get("role"), m) for m in content.inputs],
-                "output_hashes": [self._address(batch, "message", m.get("role"), m) for m in content.outputs],
+                # tuples: the collector untracks them at its first pass, so a batch waiting for its flush
+                # adds one tracked object per step (the row), not four, to what full collections walk
+                "input_hashes": tuple([self._address(batch, "message", m.get("role"), m) for m in content.inputs]),
+                "output_hashes": tuple([self._address(batch, "message", m.get("role"), m) for m in content.outputs]),
                 "request_params": _json(step.request_params) if step.request_params else None,
-                "finish_reasons": list(step.finish_reasons),
+                "finish_reasons": tuple(step.finish_reasons),
                 "has_payload": step.has_payload,
                 "redacted": step.redacted,
                 "convention": step.convention,
