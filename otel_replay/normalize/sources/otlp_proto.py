@@ -11,11 +11,17 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from otel_replay.normalize.records import LogEvent, SpanEvent, SpanRecord
-from otel_replay.normalize.sources.checks import MAX_DEPTH, check_log, check_span
+from otel_replay.normalize.sources.checks import (
+    MAX_DEPTH,
+    MAX_STRING,
+    check_attributes,
+    check_log,
+    check_span,
+)
 from otel_replay.normalize.sources.errors import SourceError, guarded
 from otel_replay.normalize.sources.ids import hex_id, optional_hex_id
 from otel_replay.normalize.sources.otlp_json import SPAN_KINDS, STATUS_CODES
-from otel_replay.normalize.sources.times import unix_ns
+from otel_replay.normalize.sources.times import MAX_NS, unix_ns
 
 
 class OtlpDecodeError(SourceError):
@@ -101,6 +107,83 @@ def log_from_proto(rec: Any) -> LogEvent:
     ))
 
 
+_SCALAR_ONEOFS = frozenset({"string_value", "bool_value", "int_value", "double_value"})  # int64 always fits
+_ZERO_TRACE, _ZERO_SPAN = bytes(16), bytes(8)
+
+
+def _fast_span(span: Any, resource: dict[str, Any], scope_name: str | None,
+               scope_version: str | None) -> SpanRecord | None:
+    """The span, when it has the shape nearly every exporter sends (16/8-byte ids, set times in
+    range, scalar attributes, no events or links); None otherwise.
+
+    Makes every check `check_span` makes, inline. On None the caller takes the general path
+    (`span_from_proto`), which reads the uncommon shapes and names the field at fault.
+    """
+    if span.events or span.links:
+        return None
+    trace_id, span_id, parent = span.trace_id, span.span_id, span.parent_span_id
+    if (len(trace_id) != 16 or trace_id == _ZERO_TRACE or len(span_id) != 8 or span_id == _ZERO_SPAN
+            or parent and (len(parent) != 8 or parent == _ZERO_SPAN)):
+        return None
+    name = span.name
+    start, end = span.start_time_unix_nano, span.end_time_unix_nano
+    if len(name) > MAX_STRING or not 0 < start <= MAX_NS or not 0 < end <= MAX_NS:
+        return None
+    status = span.status
+    message = status.message
+    if len(message) > MAX_STRING:
+        return None
+    attributes: dict[str, Any] = {}
+    for kv in span.attributes:
+        key, value = kv.key, kv.value
+        which = value.WhichOneof("value")
+        if which == "string_value":
+            item = value.string_value
+            if len(item) > MAX_STRING:
+                return None
+        elif which in _SCALAR_ONEOFS:
+            item = getattr(value, which)
+        elif which == "array_value":  # gen_ai.response.finish_reasons and the like: scalars only
+            item = _scalar_array(value.array_value.values)
+            if item is None:
+                return None
+        else:
+            return None
+        if len(key) > MAX_STRING:
+            return None
+        attributes[key] = item
+    return SpanRecord(trace_id.hex(), span_id.hex(), parent.hex() if parent else None, name,  # SPAN_FIELDS
+                      SPAN_KINDS.get(span.kind, "UNSPECIFIED"), start, end, STATUS_CODES.get(status.code, "unset"),
+                      message or None, attributes, [], [], resource, scope_name, scope_version)
+
+
+def _scalar_array(values: Any) -> list[Any] | None:
+    """An array of scalar values as `any_value` reads it; None when an item is not a short scalar."""
+    out = []
+    for value in values:
+        which = value.WhichOneof("value")
+        if which not in _SCALAR_ONEOFS:
+            return None
+        item = getattr(value, which)
+        if which == "string_value" and len(item) > MAX_STRING:
+            return None
+        out.append(item)
+    return out
+
+
+def _scope_fields(scope: Any, resource: dict[str, Any]) -> tuple[str | None, str | None] | None:
+    """(name, version) of a scope whose fields and resource pass `check_span`; None if either does not
+    (its spans then take the general path, which names the field at fault)."""
+    try:
+        check_attributes(resource, "resource")
+    except SourceError:
+        return None
+    name, version = scope.name or None, scope.version or None
+    if name is not None and len(name) > MAX_STRING or version is not None and len(version) > MAX_STRING:
+        return None
+    return name, version
+
+
 def _skip(errors: list[tuple[str, str]] | None, exc: SourceError, record: str) -> None:
     located = exc.located(within=record)
     if errors is None:
@@ -119,7 +202,13 @@ def spans_from_proto(request: ExportTraceServiceRequest, errors: list[tuple[str,
             _skip(errors, exc, f"resource_spans[{i}]")
             continue
         for j, ss in enumerate(rs.scope_spans):
+            fields = _scope_fields(ss.scope, resource)
             for k, span in enumerate(ss.spans):
+                if fields is not None:
+                    record = _fast_span(span, resource, *fields)
+                    if record is not None:
+                        yield record
+                        continue
                 try:
                     yield span_from_proto(span, resource, ss.scope)
                 except SourceError as exc:
