@@ -25,7 +25,7 @@ from otel_replay.capture.receiver import OtlpReceiver
 from otel_replay.cli import main as cli
 from otel_replay.export.blame import blame_spans
 from otel_replay.export.files import to_otlp_json
-from otel_replay.normalize.messages import content_hash
+from otel_replay.normalize.messages import canonical_messages, content_hash
 from otel_replay.normalize.privacy import Privacy
 from otel_replay.normalize.records import SpanEvent
 from otel_replay.normalize.redact import BUILTINS, RedactionConfigError, Redactor
@@ -145,9 +145,13 @@ def test_same_input_same_placeholder_and_untouched_values_are_the_same_object():
     r = Redactor()
     clean = {"role": "user", "parts": [{"type": "text", "content": "nothing secret here " * 50}]}
     assert r.value(clean)[0] is clean and r.messages([clean])[0][0] is clean
-    dirty = {"role": "user", "parts": [{"type": "text", "content": f"mail {EMAIL}"}]}
+    raw = {"role": "user", "parts": [{"type": "text", "content": f"mail {EMAIL}"}]}
+    canonical_messages([raw])
+    (dirty,) = canonical_messages([raw])  # seen twice: normalize hands out this same object from now on
     first, second = r.messages([dirty])[0][0], Redactor().value(dirty)[0]
     assert first == second and r.messages([dirty])[0][0] is first  # memoized: an agent loop resends it
+    one_off = {"role": "user", "parts": [{"type": "text", "content": f"once {EMAIL}"}]}  # not shared: not kept
+    assert r.messages([one_off])[0][0] == r.messages([one_off])[0][0] and not r._memo.get(id(one_off))
 
 
 SURROUNDING = st.text(st.characters(blacklist_categories=("Cs",)), max_size=80)

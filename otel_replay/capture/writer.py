@@ -44,6 +44,7 @@ from otel_replay.store.writer import write_batch, write_stats
 
 logger = logging.getLogger("otel_replay")
 
+TAKE = 256  # spans taken from the queue at a time: few in flight, so what they make dies young (cheap to collect)
 LOG_WAIT_S = 30.0  # how long a log event waits for its span before it is dropped
 MAX_PENDING_LOGS = 50_000  # and at most `MemoryBudget.pending_log_bytes` of them
 MAX_WARNINGS = 1024  # distinct warnings remembered (each said once); past that, new ones are only counted
@@ -114,8 +115,10 @@ class CaptureWriter:
 
     def __init__(self, root: StoreLocation, queue: SpanQueue, *, flush_interval_s: float, flush_rows: int,
                  markers: frozenset[str],
-                 privacy: Callable[[NormalizedSpan], NormalizedSpan] | None = DEFAULT_PRIVACY) -> None:
+                 privacy: Callable[[NormalizedSpan], NormalizedSpan] | None = DEFAULT_PRIVACY,
+                 on_room: Callable[[], None] | None = None) -> None:
         self.root = root
+        self._on_room = on_room  # told each time spans were taken: the producer may have stopped accepting
         self._privacy = privacy  # redaction and payload switches, applied here: never on the service's thread
         self.queue = queue
         self.flush_interval_s = flush_interval_s
@@ -211,8 +214,10 @@ class CaptureWriter:
         # and a waiting force_flush is answered; the next round starts at once if more is waiting.
         remaining = len(self.queue)
         while True:
-            taken = self.queue.take(min(2000, remaining), max(self.flush_bytes - self._held, 1))
+            taken = self.queue.take(min(TAKE, remaining), max(self.flush_bytes - self._held, 1))
             remaining -= len(taken)
+            if taken and self._on_room is not None:
+                self._on_room()
             items = [item for item, _ in taken]
             if items:
                 self._held += sum(size for _, size in taken)
@@ -247,39 +252,38 @@ class CaptureWriter:
             return
         traces = {s.trace_id for s in spans}
         logs = [log for _, log, _ in self._pending_logs.values() if log.trace_id in traces]
-        grouped, unmatched = join_logs(spans, logs)  # normalize_spans, with a pace between spans
-        normalized = []
-        for span in spans:
-            self._pace()
-            normalized.append(normalize_span(span, grouped.get(span.span_id, ())))
+        grouped, unmatched = join_logs(spans, logs)  # normalize_spans, one span at a time (below)
         consumed = {id(x) for x in logs} - {id(x) for x in unmatched}
         for key in consumed:
             entry = self._pending_logs.pop(key, None)
             self._pending_log_bytes -= entry[2] if entry else 0
         self._expire_logs(now)
-        for item in normalized:
-            for problem in item.problems:
-                self._count(problem.split(":")[0])
-                self._warn(f"otel-replay: span {item.span.span_id} of trace {item.span.trace_id}: {problem} "
-                           f"(said once per kind of problem; the rest are counted)", key=problem.split(":")[0])
-            step = item.step
-            if step is not None and step.kind == "llm" and not step.has_payload:
-                self._warn(
-                    f"otel-replay: GenAI spans from {item.span.scope_name or 'an instrumentation'} arrive without "
-                    f"message content, so their steps are stored observation-only (they can be held, never "
-                    f"resampled). To capture content: {content_setting_hint(item.span.scope_name)}."
-                )
         now_ns = time.time_ns()
-        for item in normalized:
+        for span in spans:  # each span from record to rows before the next: what it made dies young
             self._pace()
-            if self._privacy is not None:
-                known = len(item.problems)
-                item = self._privacy(item)
-                for problem in item.problems[known:]:  # a rule failed: the span was stored without content
-                    self._count(problem.split(":")[0])
-                    self._warn(f"otel-replay: span {item.span.span_id}: {problem}", key=problem.split(":")[0])
-            self._builder.add(self._batch, item, now_ns)
-        self.accepted += len(normalized)
+            self._add(normalize_span(span, grouped.get(span.span_id, ())), now_ns)
+        self.accepted += len(spans)
+
+    def _add(self, item: NormalizedSpan, now_ns: int) -> None:
+        """Report a normalized span's problems, redact it and add its rows to the batch."""
+        for problem in item.problems:
+            self._count(problem.split(":")[0])
+            self._warn(f"otel-replay: span {item.span.span_id} of trace {item.span.trace_id}: {problem} "
+                       f"(said once per kind of problem; the rest are counted)", key=problem.split(":")[0])
+        step = item.step
+        if step is not None and step.kind == "llm" and not step.has_payload:
+            self._warn(
+                f"otel-replay: GenAI spans from {item.span.scope_name or 'an instrumentation'} arrive without "
+                f"message content, so their steps are stored observation-only (they can be held, never "
+                f"resampled). To capture content: {content_setting_hint(item.span.scope_name)}."
+            )
+        if self._privacy is not None:
+            known = len(item.problems)
+            item = self._privacy(item)
+            for problem in item.problems[known:]:  # a rule failed: the span was stored without content
+                self._count(problem.split(":")[0])
+                self._warn(f"otel-replay: span {item.span.span_id}: {problem}", key=problem.split(":")[0])
+        self._builder.add(self._batch, item, now_ns)
 
     def _keep(self, record: SpanRecord) -> bool:
         """GenAI spans always; another span (a root, an ancestor) only if its trace had GenAI spans."""

@@ -120,18 +120,32 @@ def canonical_message(message: Any) -> Message:
 
 
 _MEMO: dict[bytes, Message] = {}
+_SHARED: dict[int, Message] = {}  # the same messages by id: `is_shared`
 _MEMO_MAX = 50_000
 _MEMO_MAX_BYTES = 4 * 1024 * 1024  # raw bytes memoized (the canonical copies are about as big again);
 # capture's byte cap reserves twice this (capture/sizing.py: MESSAGE_MEMO_BYTES)
 _memo_bytes = 0
+_SEEN: set[int] = set()  # hashes of raw messages seen once (ints: nothing for the garbage collector to walk)
+_SEEN_MAX = 200_000
+
+
+def is_shared(message: Any) -> bool:
+    """Whether `message` is a memoized canonical message, which later spans will hand out again.
+
+    Caches keyed by object identity (redaction, content addresses) keep only these: any other
+    message object is never seen again, and holding it would only feed the garbage collector.
+    """
+    return _SHARED.get(id(message)) is message
 
 
 def canonical_messages(messages: Any) -> list[Message]:
     """Canonicalize a message list.
 
-    An agent loop resends its whole history on every call, so each distinct raw message is
-    canonicalized once: the result is memoized by the raw message's bytes, and the same (treat
-    as immutable) dict is returned for every repeat, which also lets the store address it once.
+    An agent loop resends its whole history on every call, so a raw message seen a second time is
+    memoized by its bytes, and the same (treat as immutable) canonical dict is returned for every
+    later repeat, which also lets redaction and the store handle it once. A message seen only once
+    (a one-off prompt, an answer never sent back) is not kept: on a service most are, and each kept
+    one would be walked by every full garbage collection until the memo is emptied.
     """
     global _memo_bytes
     if messages is None:
@@ -150,11 +164,19 @@ def canonical_messages(messages: Any) -> list[Message]:
         canonical = _MEMO.get(key)
         if canonical is None:
             canonical = canonical_message(message)
-            if len(_MEMO) >= _MEMO_MAX or _memo_bytes + len(key) > _MEMO_MAX_BYTES:  # bounded by bytes too:
-                _MEMO.clear()  # capture's memory must stay near its queue's byte cap with large payloads
-                _memo_bytes = 0
-            _MEMO[bytes(memoryview(key))] = canonical  # a tight copy: orjson's output can hold 16x its length
-            _memo_bytes += len(key)
+            seen = hash(key)  # cached by the lookup above
+            if seen not in _SEEN:
+                if len(_SEEN) >= _SEEN_MAX:
+                    _SEEN.clear()
+                _SEEN.add(seen)
+            else:  # a repeat: memoize it
+                if len(_MEMO) >= _MEMO_MAX or _memo_bytes + len(key) > _MEMO_MAX_BYTES:  # bounded by bytes too:
+                    _MEMO.clear()  # capture's memory must stay near its queue's byte cap with large payloads
+                    _SHARED.clear()
+                    _memo_bytes = 0
+                _MEMO[bytes(memoryview(key))] = canonical  # a tight copy: orjson's output can hold 16x its length
+                _SHARED[id(canonical)] = canonical
+                _memo_bytes += len(key)
         out.append(canonical)
     return out
 

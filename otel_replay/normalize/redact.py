@@ -43,6 +43,7 @@ from otel_replay.normalize.detectors import (
     find_gated,
     gate,
 )
+from otel_replay.normalize.messages import is_shared
 from otel_replay.normalize.redact_rules import (
     PLACEHOLDER,
     RedactionConfigError,
@@ -269,8 +270,10 @@ class Redactor:
         several = len(unseen) + len(fresh) > 2  # else their bits are bound enough, and gating each costs more
         bits = self._json_bits((unseen, fresh) if fresh else unseen, stop=several)
         if not bits and unseen:
-            self._hold(sum(map(_rough_size, unseen)), len(unseen))  # they stay alive: count their text
-            self._clean.update({id(message): message for message in unseen})
+            shared = [message for message in unseen if is_shared(message)]  # no other object comes back
+            if shared:
+                self._hold(sum(map(_rough_size, shared)), len(shared))  # they stay alive: count their text
+                self._clean.update({id(message): message for message in shared})
         return -1 if bits and several else bits
 
     def _remember(self, message: Any, new: Any, found: frozenset[str], size: int) -> None:
@@ -355,7 +358,8 @@ class Redactor:
                 new, found = seen[1], seen[2]
             else:
                 new, found = self.value(message) if bound < 0 else self._value(message, bound)
-                self._remember(message, new, found, _rough_size(message))
+                if is_shared(message):
+                    self._remember(message, new, found, _rough_size(message))
             if new is not message and out is None:
                 out = list(messages[:i])
             if out is not None:

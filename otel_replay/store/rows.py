@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from otel_replay.normalize.messages import canonical_bytes, content_hash
+from otel_replay.normalize.messages import canonical_bytes, content_hash, is_shared
 from otel_replay.normalize.pipeline import NormalizedSpan
 from otel_replay.store.layout import day_of
 
@@ -81,8 +81,9 @@ class RowBuilder:
     def _address(self, batch: RowBatch, kind: str, role: str | None, value: Any) -> str:
         """The content address of a payload, storing its body the first time it is seen.
 
-        Repeated messages arrive as the very same object (normalize memoizes them), so an
-        identity cache skips re-serializing a history's old messages on every turn.
+        Repeated messages arrive as the very same object (normalize memoizes them, `is_shared`), so
+        an identity cache skips re-serializing a history's old messages on every turn; it keeps only
+        those, as no other object comes back.
         """
         seen = self._by_identity.get(id(value))
         if seen is not None and seen[0] is value:
@@ -94,6 +95,8 @@ class RowBuilder:
                 self._known.clear()
             self._known.add(digest)
             batch.messages.append({"hash": digest, "kind": kind, "role": role, "body": data.decode("utf-8")})
+        if not is_shared(value):
+            return digest
         if len(self._by_identity) >= self._max_known or self._identity_bytes + len(data) > self._max_identity_bytes:
             self._by_identity.clear()
             self._identity_bytes = 0
@@ -162,7 +165,7 @@ class RowBuilder:
                 "request_params": _json(step.request_params) if step.request_params else None,
                 "finish_reasons": tuple(step.finish_reasons),
                 "has_payload": step.has_payload,
-                "redacted": step.redacted,
+                "redacted": tuple(step.redacted),
                 "convention": step.convention,
                 "service_name": step.service_name,
                 "source": self.source,
