@@ -7,6 +7,7 @@ process dies between two files.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from otel_replay.store.location import StoreLike, StoreLocation
 from otel_replay.store.rows import RowBatch, valid_text
 from otel_replay.store.schema import schema_of
 
-ARROW_CHUNK = 1000  # rows per Arrow conversion: short GIL holds while the service runs
+ARROW_CHUNK = 250  # rows per Arrow conversion, which holds the GIL: ~1 ms at most while the service runs
 
 
 def _chunk(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
@@ -27,22 +28,32 @@ def _chunk(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
         return pa.Table.from_pylist([valid_text(r) for r in rows], schema=schema)
 
 
-def to_arrow(rows: list[dict[str, Any]], table: str) -> pa.Table:
+def _no_pause() -> None:
+    return None
+
+
+def to_arrow(rows: list[dict[str, Any]], table: str, pace: Callable[[], None] = _no_pause) -> pa.Table:
+    """Rows as one Arrow table, converted in chunks; `pace` runs between them (the capture writer
+    lets a service thread that waits for the GIL have it)."""
     schema = schema_of(table)
-    chunks = [_chunk(rows[i : i + ARROW_CHUNK], schema) for i in range(0, len(rows), ARROW_CHUNK)]
+    chunks = []
+    for i in range(0, len(rows), ARROW_CHUNK):
+        chunks.append(_chunk(rows[i : i + ARROW_CHUNK], schema))
+        pace()
     return pa.concat_tables(chunks) if chunks else schema.empty_table()
 
 
-def write_batch(root: StoreLike, batch: RowBatch) -> list[Path | str]:
+def write_batch(root: StoreLike, batch: RowBatch, pace: Callable[[], None] = _no_pause) -> list[Path | str]:
     """Write every table of the batch; returns the segment paths (or URLs) in write order."""
     root = StoreLocation.of(root)
     written: list[Path | str] = []
     if batch.messages:
-        written.append(write_segment(root, "message_rows", day_of(None), to_arrow(batch.messages, "message_rows")))
+        written.append(write_segment(root, "message_rows", day_of(None),
+                                     to_arrow(batch.messages, "message_rows", pace)))
     for day, rows in sorted(batch.spans.items()):
-        written.append(write_segment(root, "span_rows", day, to_arrow(rows, "span_rows")))
+        written.append(write_segment(root, "span_rows", day, to_arrow(rows, "span_rows", pace)))
     for day, rows in sorted(batch.steps.items()):
-        written.append(write_segment(root, "step_rows", day, to_arrow(rows, "step_rows")))
+        written.append(write_segment(root, "step_rows", day, to_arrow(rows, "step_rows", pace)))
     return written
 
 
