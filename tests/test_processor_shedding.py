@@ -127,3 +127,21 @@ def test_content_events_count_toward_the_byte_cap(tmp_path):
     assert size_with - size_without >= 100_000
     gate.set()
     processor.shutdown()
+
+
+def test_a_caller_that_keeps_on_end_cannot_overfill_the_queue(tmp_path):
+    processor = ReplayProcessor(tmp_path, max_queue_spans=3, flush_interval_s=60)
+    gate = gated(processor)
+    tracer = provider_with(processor).get_tracer("t")
+    kept = processor.on_end  # looked up once, while the queue has room
+    with tracer.start_as_current_span("invoke_agent a", attributes={"gen_ai.operation.name": "invoke_agent"}):
+        spans = []
+        for i in range(6):
+            span = tracer.start_span("chat m", attributes=chat_attributes(f"q{i}"))
+            span._end_time = span.start_time + 1  # ended, without going through the provider's processors
+            spans.append(span)
+    for span in spans:
+        kept(span)
+    assert len(processor._queue) == 3 and processor.dropped == 4  # the root (ended through the provider), two chats
+    gate.set()
+    processor.shutdown()

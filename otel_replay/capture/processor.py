@@ -158,7 +158,8 @@ class ReplayProcessor(SpanProcessor):
         Closures read the queue, its bound methods and the limits from cells instead of attributes of
         `self` (about 7% of `accept`). `accept` switches to `shed` when its append fills the queue;
         `shed` only filters and counts the drop, until the writer takes spans (`_resume`). Both filter
-        alike, so a drop is counted for exactly the spans `accept` would have queued.
+        alike, so a drop is counted for exactly the spans `accept` would have queued. `accept` checks
+        the count itself too, so a caller that keeps a reference to it cannot overfill the queue.
         """
         length, append, max_items, max_bytes = queue.length, queue.append, queue.max_items, queue.max_bytes
         processor = self
@@ -173,6 +174,12 @@ class ReplayProcessor(SpanProcessor):
                     parent = span._parent  # noqa: SLF001
                     if parent is not None and not parent[2]:  # SpanContext is a tuple; [2] is is_remote
                         return
+                queued = length()
+                if queued >= max_items:  # full (a race, or a caller that kept this function): drop, shed
+                    queue.dropped += 1
+                    if processor._hot is not shed:  # noqa: SLF001
+                        processor._route(shed)  # noqa: SLF001
+                    return
                 # Honest for every convention: every string value counts what it occupies (sizing.py).
                 size = SPAN_OVERHEAD + ATTRIBUTE_OVERHEAD * len(attrs) + sum(map(STR_SIZE, filter(IS_STR, attrs.values())))
                 try:  # content events of older conventions carry payloads
@@ -186,9 +193,9 @@ class ReplayProcessor(SpanProcessor):
                     return
                 append((span, size))
                 queue.bytes_in += size
-                queued = length()
+                queued += 1
                 if queued >= wake_at:
-                    if queued >= max_items:
+                    if queued >= max_items and processor._hot is not shed:  # noqa: SLF001
                         processor._route(shed)  # noqa: SLF001 - full: only count drops until the writer takes some
                     if not wake.is_set():  # once per backlog: Event.set takes a lock and costs ~1 µs
                         wake.set()
