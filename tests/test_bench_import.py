@@ -17,8 +17,11 @@ def test_quick_import_bench_imports_every_format_completely():
         assert row["steps"] == 3 * result["traces"] and row["skipped"] == 0
         assert row["steps_per_s"] > 0 and row["parse_only_s"] > 0 and row["cpu_us_per_step"] > 0
         assert row["segments"] == 3 * row["jobs"]  # messages, spans, steps from each worker
+    assert set(result["stages"]) == {"read", "normalize", "redact", "rows", "arrow and parquet"}
+    assert all(us > 0 for us in result["stages"].values())
 
 
 def test_cli_prints_the_table():
     out = CliRunner().invoke(cli, ["bench", "import", "--quick"])
     assert out.exit_code == 0 and "| otlp (JSON lines), 1 process (default) |" in out.output and "Target: >= 20,000" in out.output
+    assert "CPU µs per OTLP/JSON step: read" in out.output

@@ -35,6 +35,7 @@ def test_the_run_did_what_it_claims(result: dict) -> None:
         assert 0 < round_["received_s"] <= round_["stored_s"] and round_["baseline_s"] > 0
     assert result["request_bytes_per_round"] > result["sizes"]["spans"] * result["payload_bytes_per_span"] * 0.8
     assert json.loads(json.dumps(result))["metrics"].keys() == result["metrics"].keys()
+    assert result["costs"]["client_encode_us"] > 0 and result["costs"]["receiver_decode_us"] > 0
 
 
 def test_table_names_every_metric_and_both_servers(result: dict) -> None:
@@ -43,5 +44,6 @@ def test_table_names_every_metric_and_both_servers(result: dict) -> None:
         assert label in table
     assert "OtlpReceiver" in table and result["baseline"] in table
     assert "pass" in table or "FAIL" in table
+    assert "the exporter encodes one in" in table
     header, rule = table.splitlines()[:2]
     assert header.startswith("| metric") and set(rule) <= {"|", "-"}

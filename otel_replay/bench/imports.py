@@ -24,8 +24,13 @@ from typing import Any
 from google.protobuf.json_format import ParseDict
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from otel_replay.normalize.bulk import paused_gc
+from otel_replay.normalize.pipeline import normalize_spans
+from otel_replay.normalize.privacy import DEFAULT_PRIVACY
 from otel_replay.normalize.sources.files import read
 from otel_replay.store.ingest_parallel import ingest_parallel, jobs_for
+from otel_replay.store.rows import RowBatch, RowBuilder
+from otel_replay.store.writer import write_batch
 
 T0 = 1_767_225_600_000_000_000  # 2026-01-01
 STEPS_PER_TRACE = 3  # chat, tool, chat (the agent span is structure)
@@ -194,10 +199,37 @@ def run_import_bench(quick: bool = False) -> dict[str, Any]:
                          "skipped": len(batch.skipped), "segments": len(result.segments)})
             shutil.rmtree(store)
             path.unlink()
+        path = work / "input.json"
+        write_otlp_json(spans, path)
+        stages = import_stages(path, work / "stages", steps=rows[0]["steps"])
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {"quick": quick, "traces": traces, "rows": rows, "target_steps_per_s_otlp_json": 20_000,
-            "load_average": os.getloadavg(), "cpus": os.cpu_count()}
+            "stages": stages, "load_average": os.getloadavg(), "cpus": os.cpu_count()}
+
+
+IMPORT_STAGES = ("read", "normalize", "redact", "rows", "arrow and parquet")
+
+
+def import_stages(path: Path, store: Path, steps: int) -> dict[str, float]:
+    """CPU µs per step of each stage of one in-process OTLP/JSON import, each over the whole file
+    before the next (as `ingest` runs them; the garbage collector paused as there)."""
+    clock = time.process_time
+    seconds: dict[str, float] = {}
+    with paused_gc():
+        started = clock()
+        batch = read("otlp", path)
+        seconds["read"], started = clock() - started, clock()
+        normalized, _ = normalize_spans(batch.spans, batch.logs)
+        seconds["normalize"], started = clock() - started, clock()
+        redacted = [DEFAULT_PRIVACY(item) for item in normalized]
+        seconds["redact"], started = clock() - started, clock()
+        rows = RowBatch()
+        RowBuilder(source="bench:stages").add_all(rows, redacted)
+        seconds["rows"], started = clock() - started, clock()
+        write_batch(store, rows)
+        seconds["arrow and parquet"] = clock() - started
+    return {stage: seconds[stage] / steps * 1e6 for stage in IMPORT_STAGES}
 
 
 def format_import_table(result: dict[str, Any]) -> str:
@@ -212,6 +244,10 @@ def format_import_table(result: dict[str, Any]) -> str:
     lines.append("")
     lines.append(f"Target: >= {result['target_steps_per_s_otlp_json']:,} steps/s for OTLP/JSON: "
                  f"{otlp['steps_per_s']:,.0f} ({mark}).")
+    if result.get("stages"):
+        stages = result["stages"]
+        lines.append("Where one process spends it, CPU µs per OTLP/JSON step: " + ", ".join(
+            f"{stage} {stages[stage]:.0f}" for stage in IMPORT_STAGES) + f" ({sum(stages.values()):.0f} in all).")
     if result.get("load_average"):
         lines.append("Load average at the end of the run (1/5/15 min): {:.2f} / {:.2f} / {:.2f} on {} CPUs.".format(
             *result["load_average"], result.get("cpus")))

@@ -147,6 +147,27 @@ def _receiver_round(client: _Client, sizes: Sizes, store: Path) -> dict[str, Any
     return {"received_s": received, "stored_s": stored}
 
 
+# -- where the time goes -----------------------------------------------------------------------
+def per_span_costs(spans: int, batch: int) -> dict[str, float]:
+    """CPU µs per span of encoding the client's requests (what the OTLP exporter does before each
+    send) and of decoding them (the receiver's request thread, before it answers), in this process."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    from otel_replay.capture.receiver_decode import decode_body
+
+    made = SyntheticSpans(SeededText(seed=7, corpus_bytes=2_000_000)).chat_spans(spans, PAYLOAD_BYTES, distinct=True)
+    batches = [made[i:i + batch] for i in range(0, spans, batch)]
+    started = time.process_time()
+    bodies = [encode_spans(b).SerializeToString() for b in batches]
+    encode = time.process_time() - started
+    started = time.process_time()
+    decoded = sum(len(decode_body("traces", body, json=False)[0]) for body in bodies)
+    decode = time.process_time() - started
+    if decoded != spans:
+        raise RuntimeError(f"decoded {decoded} of {spans} spans")
+    return {"client_encode_us": encode / spans * 1e6, "receiver_decode_us": decode / spans * 1e6}
+
+
 # -- the run ---------------------------------------------------------------------------------
 def run_receiver_bench(quick: bool = False, store_dir: Path | None = None) -> dict:
     """Time the receiver and the baseline over OTLP/HTTP; returns one JSON-ready dict.
@@ -170,6 +191,7 @@ def run_receiver_bench(quick: bool = False, store_dir: Path | None = None) -> di
         if store_dir is None:
             shutil.rmtree(root, ignore_errors=True)
     n, mb = sizes.spans, client.request_bytes / 1e6
+    costs = per_span_costs(min(sizes.spans, 4096), sizes.batch)
     metrics = {
         "stored_spans_per_s": _metric("stored_spans_per_s", [(n / r["stored_s"], n / r["baseline_s"]) for r in rounds]),
         "received_spans_per_s": _metric("received_spans_per_s",
@@ -184,6 +206,7 @@ def run_receiver_bench(quick: bool = False, store_dir: Path | None = None) -> di
         "payload_bytes_per_span": PAYLOAD_BYTES,
         "request_bytes_per_round": client.request_bytes,
         "rounds": rounds,
+        "costs": costs,
         "metrics": metrics,
         "elapsed_s": time.perf_counter() - started,
     }
@@ -222,4 +245,9 @@ def format_receiver_table(result: dict) -> str:
         f"receiver got the same spans. "
         f"The baseline column is the client's own ceiling (it stores nothing); its time is until the last response.",
     ]
+    if result.get("costs"):
+        costs = result["costs"]
+        notes.append(f"CPU per span, the same spans in one process: the exporter encodes one in "
+                     f"{costs['client_encode_us']:.0f} µs, the receiver decodes it in {costs['receiver_decode_us']:.0f} µs "
+                     f"before answering; storing it is the capture writer's work (`otel-replay bench capture`).")
     return "\n".join(lines + [""] + [f"- {note}" for note in notes])
