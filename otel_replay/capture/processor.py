@@ -143,7 +143,7 @@ class ReplayProcessor(SpanProcessor):
         self._hot(span)
 
     def _route(self, path: Callable[[ReadableSpan], None]) -> None:
-        """Make `path` what `on_end` runs (one attribute: the state is never split)."""
+        """Make `path` what `on_end` runs (`_state` reads it back; `_hot` follows for subclasses)."""
         if self._plain:
             self.on_end = path  # type: ignore[method-assign]
         self._hot = path
@@ -178,7 +178,7 @@ class ReplayProcessor(SpanProcessor):
                 if queued >= max_items:  # full (a race, or a caller that kept this function): drop, shed
                     queue.dropped += 1
                     if processor._hot is not shed:  # noqa: SLF001
-                        processor._route(shed)  # noqa: SLF001
+                        processor._to_shed()  # noqa: SLF001
                     return
                 # Honest for every convention: every string value counts what it occupies (sizing.py).
                 size = SPAN_OVERHEAD + ATTRIBUTE_OVERHEAD * len(attrs) + sum(map(STR_SIZE, filter(IS_STR, attrs.values())))
@@ -196,7 +196,7 @@ class ReplayProcessor(SpanProcessor):
                 queued += 1
                 if queued >= wake_at:
                     if queued >= max_items and processor._hot is not shed:  # noqa: SLF001
-                        processor._route(shed)  # noqa: SLF001 - full: only count drops until the writer takes some
+                        processor._to_shed()  # noqa: SLF001 - full: only count drops until the writer takes some
                     if not wake.is_set():  # once per backlog: Event.set takes a lock and costs ~1 µs
                         wake.set()
             except Exception:  # noqa: BLE001 - never reach the service
@@ -217,6 +217,18 @@ class ReplayProcessor(SpanProcessor):
                 processor.internal_errors += 1
 
         return accept, shed
+
+    def _to_shed(self) -> None:
+        """The queue is full: shed until the writer takes spans (`_resume`). If it took some between
+        the caller's check and now, accept again at once, or nothing might switch back. The lock is
+        only tried: when the writer holds it, it is resuming already."""
+        self._route(self._shed)
+        if len(self._queue) < self._queue.max_items and self._routing.acquire(blocking=False):
+            try:
+                if not self._shutdown and self._state() is self._shed:
+                    self._route(self._accept)
+            finally:
+                self._routing.release()
 
     def _resume(self) -> None:
         """The writer took spans: accept again if `on_end` was shedding (on the writer's thread)."""

@@ -216,6 +216,8 @@ class CaptureWriter:
         # GIL gets it then instead of after a forced switch (5 ms); if nobody waits, the GIL comes straight
         # back and the writer runs on at full speed
         self._yielding = True
+        if self._on_room is not None:  # each round, taken or not: a producer that began shedding in a
+            self._on_room()  # race with the last take accepts again within one flush interval
         # One round covers what was queued when it began, so under a sustained flood it still ends
         # and a waiting force_flush is answered; the next round starts at once if more is waiting.
         remaining = len(self.queue)
