@@ -30,7 +30,31 @@ def test_the_reserve_covers_the_memos_of_normalize_and_redaction():
 
     # fixed there, reserved here: a change to either must change the budget too
     assert REDACTOR_MEMO_BYTES >= redact._MEMO_MAX_BYTES  # noqa: SLF001
-    assert MESSAGE_MEMO_BYTES >= 2 * messages._MEMO_MAX_BYTES  # noqa: SLF001
+    assert MESSAGE_MEMO_BYTES >= messages._MEMO_MAX_BYTES + messages.SEEN_BYTES  # noqa: SLF001
+
+
+def test_the_message_memo_counts_its_entries_not_only_their_text():
+    """Tiny messages: what each memo entry holds is mostly objects, not text; the bound counts them."""
+    import tracemalloc
+
+    from otel_replay.normalize import messages
+
+    many = [{"role": "user", "parts": [{"type": "text", "content": f"ok {i}"}]} for i in range(15_000)]
+    messages._MEMO.clear()  # noqa: SLF001
+    messages._SHARED.clear()  # noqa: SLF001
+    messages._memo_bytes = 0  # noqa: SLF001
+    messages.canonical_messages(many)  # seen once: remembered by hash only
+    assert len(messages._SEEN) <= messages._SEEN_MAX  # noqa: SLF001
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        messages.canonical_messages(many)
+        messages.canonical_messages(many)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert 0 < len(messages._MEMO) < 15_000  # noqa: SLF001 - emptied when full, by bytes
+    assert held <= messages._MEMO_MAX_BYTES  # noqa: SLF001
 
 
 def test_the_queue_admits_only_its_share_of_the_cap(tmp_path):

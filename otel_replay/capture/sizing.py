@@ -101,9 +101,10 @@ def log_size(record: Any) -> int:
 MB = 1024 * 1024
 # normalize.redact keeps a memo of redacted messages of up to 16 MB of text per Redactor (fixed
 # there; a test checks the two agree), and normalize.messages one of canonical messages keyed by
-# their raw bytes (`_MEMO_MAX_BYTES` of keys, the canonical copies about as big again).
+# their raw bytes (`_MEMO_MAX_BYTES`, keys, copies and objects counted) and the hashes of messages
+# seen once (`SEEN_BYTES`).
 REDACTOR_MEMO_BYTES = 16 * MB
-MESSAGE_MEMO_BYTES = 2 * 4 * MB
+MESSAGE_MEMO_BYTES = 8 * MB + 2 * MB
 FLUSH_SHARE = 16  # the writer writes once it has taken 1/16 of the cap
 # Writing a batch of B queued bytes also needs its rows (the payload bodies once more), the Arrow
 # table (once more) and Parquet's page buffers (under once more, with `layout.write_segment`'s
@@ -155,5 +156,5 @@ class MemoryBudget:
 
     @property
     def bounded(self) -> bool:
-        """Whether the reserve fits in the cap (caps from about 56 MB up): then the cap bounds it all."""
+        """Whether the reserve fits in the cap (caps from about 60 MB up): then the cap bounds it all."""
         return self.cap_bytes - self.reserved_bytes >= self.cap_bytes // QUEUE_FLOOR_SHARE

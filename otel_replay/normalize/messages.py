@@ -122,11 +122,16 @@ def canonical_message(message: Any) -> Message:
 _MEMO: dict[bytes, Message] = {}
 _SHARED: dict[int, Message] = {}  # the same messages by id: `is_shared`
 _MEMO_MAX = 50_000
-_MEMO_MAX_BYTES = 4 * 1024 * 1024  # raw bytes memoized (the canonical copies are about as big again);
-# capture's byte cap reserves twice this (capture/sizing.py: MESSAGE_MEMO_BYTES)
+# What the memo holds, counted per entry as its key's bytes twice (the key, and the canonical copy's
+# text) plus _ENTRY_BYTES (measured with tracemalloc: a one-line message's canonical dict, parts list
+# and part, its key's header and its slots in _MEMO and _SHARED, ~640 bytes). Capture's byte cap
+# reserves _MEMO_MAX_BYTES + SEEN_BYTES for them (capture/sizing.py: MESSAGE_MEMO_BYTES).
+_MEMO_MAX_BYTES = 8 * 1024 * 1024
+_ENTRY_BYTES = 640
 _memo_bytes = 0
 _SEEN: set[int] = set()  # hashes of raw messages seen once (ints: nothing for the garbage collector to walk)
-_SEEN_MAX = 200_000
+_SEEN_MAX = 16_384
+SEEN_BYTES = 2 * 1024 * 1024  # _SEEN at _SEEN_MAX (measured ~1.6 MB: an int and its slot, ~100 bytes)
 
 
 def is_shared(message: Any) -> bool:
@@ -170,13 +175,14 @@ def canonical_messages(messages: Any) -> list[Message]:
                     _SEEN.clear()
                 _SEEN.add(seen)
             else:  # a repeat: memoize it
-                if len(_MEMO) >= _MEMO_MAX or _memo_bytes + len(key) > _MEMO_MAX_BYTES:  # bounded by bytes too:
+                size = 2 * len(key) + _ENTRY_BYTES
+                if len(_MEMO) >= _MEMO_MAX or _memo_bytes + size > _MEMO_MAX_BYTES:  # bounded by bytes too:
                     _MEMO.clear()  # capture's memory must stay near its queue's byte cap with large payloads
                     _SHARED.clear()
                     _memo_bytes = 0
                 _MEMO[bytes(memoryview(key))] = canonical  # a tight copy: orjson's output can hold 16x its length
                 _SHARED[id(canonical)] = canonical
-                _memo_bytes += len(key)
+                _memo_bytes += size
         out.append(canonical)
     return out
 
