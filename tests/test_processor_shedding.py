@@ -167,3 +167,25 @@ def test_shedding_begun_in_a_race_with_the_writer_does_not_stick(tmp_path):
     processor.shutdown()
     processor._to_shed()
     assert processor.on_end is processor._shed  # after shutdown nothing switches back to accepting
+
+
+def test_a_span_the_pipeline_cannot_take_is_skipped_alone(tmp_path, monkeypatch):
+    from otel_replay.capture import writer as capture_writer
+
+    real = capture_writer.normalize_span
+
+    def picky(span, logs=()):
+        if span.name == "chat broken":
+            raise RuntimeError("cannot normalize")
+        return real(span, logs)
+
+    monkeypatch.setattr(capture_writer, "normalize_span", picky)
+    processor = ReplayProcessor(tmp_path, flush_interval_s=60)
+    tracer = provider_with(processor).get_tracer("t")
+    for name in ("chat m", "chat broken", "chat m"):
+        with tracer.start_as_current_span(name, attributes=chat_attributes()):
+            pass
+    processor.shutdown()
+    stats = processor.stats
+    assert stats["accepted"] == 2 and stats["written_spans"] == 2
+    assert stats["skipped"] == {"span not stored: RuntimeError": 1}

@@ -269,8 +269,14 @@ class CaptureWriter:
         now_ns = time.time_ns()
         for span in spans:  # each span from record to rows before the next: what it made dies young
             self._pace()
-            self._add(normalize_span(span, grouped.get(span.span_id, ())), now_ns)
-        self.accepted += len(spans)
+            try:
+                self._add(normalize_span(span, grouped.get(span.span_id, ())), now_ns)
+            except Exception as exc:  # noqa: BLE001 - a span the pipeline cannot take is skipped, not its batch
+                self._count(f"span not stored: {type(exc).__name__}")
+                self._warn(f"otel-replay: span {span.span_id} of trace {span.trace_id} could not be stored "
+                           f"({exc!r}); capture continues", key=f"span not stored: {type(exc).__name__}")
+                continue
+            self.accepted += 1
 
     def _add(self, item: NormalizedSpan, now_ns: int) -> None:
         """Report a normalized span's problems, redact it and add its rows to the batch."""
