@@ -329,15 +329,17 @@ def test_a_batch_that_does_not_fit_is_refused_whole_for_a_retry(tmp_path):
 
 
 # -- the command ----------------------------------------------------------------------------------
-def test_collect_command_serves_until_sigterm_and_reports(tmp_path):
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_collect_command_serves_until_sigterm_and_reports(tmp_path, workers):
     command = [sys.executable, "-c", "from otel_replay.cli import main; main()", "--store", str(tmp_path),
-               "collect", "--http-port", "0", "--grpc-port", "0"]
+               "collect", "--http-port", "0", "--grpc-port", "0", "--workers", workers]
     env = {**os.environ, "OTEL_REPLAY_COLLECT_TOKEN": "tok"}
     proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        lines = [proc.stdout.readline() for _ in range(3)]
+        lines = [proc.stdout.readline() for _ in range(4)]
         assert lines[0].startswith("OTLP/HTTP  http://127.0.0.1:") and lines[1].startswith("OTLP/gRPC  127.0.0.1:")
         assert lines[2].strip() == f"store      {tmp_path.resolve()}"
+        assert lines[3].split() == ["workers", workers, "process" if workers == "1" else "processes"]
         url = lines[0].split()[1] + "/v1/traces"
         request = urllib.request.Request(url, data=json.dumps(json_trace()).encode(),
                                          headers={"Content-Type": "application/json", "Authorization": "Bearer tok"})

@@ -96,26 +96,32 @@ class SyntheticSpans:
                     "parts": [{"type": "text", "content": self.text.snippet(int(500 * scale), tag)}]}]
         return json.dumps(inputs), json.dumps(outputs)
 
-    def chat_spans(self, count: int, payload_bytes: int, *, distinct: bool) -> list[ReadableSpan]:
-        """Chat spans under an invoke_agent root; `distinct` gives each its own payload."""
+    def chat_spans(self, count: int, payload_bytes: int, *, distinct: bool,
+                   per_trace: int | None = None) -> list[ReadableSpan]:
+        """Chat spans under invoke_agent roots (one root for all, or one per `per_trace` spans: many
+        agent runs, as a service sends them); `distinct` gives each its own payload. Roots not included."""
         shared = self.chat_payload(payload_bytes, "shared")
-        with self.tracer.start_as_current_span(
-            "invoke_agent bench", attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "bench"}
-        ):
-            for i in range(count):
-                inputs, outputs = self.chat_payload(payload_bytes, f"s{i}") if distinct else shared
-                self.tracer.start_span("chat gpt-4o", kind=SpanKind.CLIENT, attributes={
-                    "gen_ai.operation.name": "chat",
-                    "gen_ai.provider.name": "openai",
-                    "gen_ai.request.model": "gpt-4o",
-                    "gen_ai.response.model": "gpt-4o-2024-08-06",
-                    "gen_ai.usage.input_tokens": payload_bytes // 4,
-                    "gen_ai.usage.output_tokens": 120,
-                    "gen_ai.response.finish_reasons": ("stop",),
-                    "gen_ai.input.messages": inputs,
-                    "gen_ai.output.messages": outputs,
-                }).end()
-        return self.collector.take()[:-1]  # the root ends last
+        per_trace = per_trace or count
+        spans: list[ReadableSpan] = []
+        for first in range(0, count, per_trace):
+            with self.tracer.start_as_current_span(
+                "invoke_agent bench", attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "bench"}
+            ):
+                for i in range(first, min(first + per_trace, count)):
+                    inputs, outputs = self.chat_payload(payload_bytes, f"s{i}") if distinct else shared
+                    self.tracer.start_span("chat gpt-4o", kind=SpanKind.CLIENT, attributes={
+                        "gen_ai.operation.name": "chat",
+                        "gen_ai.provider.name": "openai",
+                        "gen_ai.request.model": "gpt-4o",
+                        "gen_ai.response.model": "gpt-4o-2024-08-06",
+                        "gen_ai.usage.input_tokens": payload_bytes // 4,
+                        "gen_ai.usage.output_tokens": 120,
+                        "gen_ai.response.finish_reasons": ("stop",),
+                        "gen_ai.input.messages": inputs,
+                        "gen_ai.output.messages": outputs,
+                    }).end()
+            spans += self.collector.take()[:-1]  # the root ends last
+        return spans
 
     def http_spans(self, count: int) -> list[ReadableSpan]:
         """Plain HTTP client spans with 8 attributes, children of a server span: ignored by Replay."""

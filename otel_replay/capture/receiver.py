@@ -9,6 +9,7 @@ limit each client's request rate (429 / RESOURCE_EXHAUSTED with a retry delay).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -31,12 +32,14 @@ from otel_replay.capture.receiver_decode import (
     NOUNS,
     TRACES,
     RequestError,
+    decode_body,
     export_response,
     records_from_proto,
     summary,
 )
 from otel_replay.capture.receiver_http import RETRY_AFTER_S, HttpServer
 from otel_replay.capture.receiver_limits import DEFAULT_RATE, RateLimiter, Throttled
+from otel_replay.capture.receiver_workers import ProcessorFactory, ReceiverWorkers
 from otel_replay.store.location import StoreLocation
 
 TOKEN_ENV = "OTEL_REPLAY_COLLECT_TOKEN"
@@ -70,18 +73,30 @@ class OtlpReceiver:
         with bursts of twice that); more get 429 / RESOURCE_EXHAUSTED and a retry delay. None: no limit.
     :param processor: the `ReplayProcessor` to feed instead of a new one on `store` (to size its
         queue, or to share it); `stop` shuts it down either way.
+    :param workers: processes that decode and store (`receiver_workers`); 1: this process does.
+    :param processor_factory: with `workers` > 1, builds each worker's processor in the worker
+        (picklable; default: `ReplayProcessor(store)`).
     """
 
     def __init__(self, store: str | Path | StoreLocation, *, host: str = "127.0.0.1", http_port: int = 4318,
                  grpc_port: int = 4317, token: str | None = None, max_body_mb: float = DEFAULT_MAX_BODY_MB,
                  read_timeout_s: float = READ_TIMEOUT_S, processor: ReplayProcessor | None = None,
-                 request_timeout_s: float = REQUEST_TIMEOUT_S, max_requests_per_s: float | None = DEFAULT_RATE) -> None:
+                 request_timeout_s: float = REQUEST_TIMEOUT_S, max_requests_per_s: float | None = DEFAULT_RATE,
+                 workers: int = 1, processor_factory: ProcessorFactory | None = None) -> None:
         if not 0 < max_body_mb <= 2047:
             raise ReceiverError(f"--max-body-mb must be between 0 and 2047, got {max_body_mb}")
         for name, port in (("--http-port", http_port), ("--grpc-port", grpc_port)):
             if not 0 <= port <= 65535:
                 raise ReceiverError(f"{name} must be between 0 and 65535, got {port}")
+        if workers < 1:
+            raise ReceiverError(f"--workers must be at least 1, got {workers}")
+        if workers > 1 and processor is not None:
+            raise ReceiverError("give a processor_factory, not a processor, for several workers")
         self.store = StoreLocation.of(store)
+        self.worker_count = workers
+        self.processor_factory = processor_factory or functools.partial(ReplayProcessor, self.store)
+        self.workers: ReceiverWorkers | None = None
+        """The worker processes, while they run (`workers` > 1)."""
         self.host, self.http_port, self.grpc_port = host, http_port, grpc_port
         self.max_body = int(max_body_mb * 1024 * 1024)
         self.read_timeout_s = read_timeout_s
@@ -111,7 +126,7 @@ class OtlpReceiver:
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> OtlpReceiver:
         """Open the store's writer and both servers; returns once both listen."""
-        if self.processor is None:
+        if self.worker_count == 1 and self.processor is None:
             self.processor = ReplayProcessor(self.store)
         try:
             self._http = HttpServer(self)
@@ -122,6 +137,12 @@ class OtlpReceiver:
             self._grpc = self._make_grpc_server()
         except RuntimeError:  # grpc says only "Failed to bind" (and logs why)
             self._cannot_listen("OTLP/gRPC", self.grpc_endpoint, "address in use or not available", "--grpc-port")
+        if self.worker_count > 1:  # after both ports are bound: a port in use fails at once
+            try:
+                self.workers = ReceiverWorkers(self.worker_count, self.processor_factory)
+            except Exception as exc:  # e.g. a processor factory that does not pickle, a worker that cannot start
+                self.stop(5)
+                raise ReceiverError(f"cannot start the receiver's {self.worker_count} workers: {exc}") from exc
         self._http_thread = threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.1},
                                              name="otel-replay-collect-http", daemon=True)
         self._http_thread.start()
@@ -150,6 +171,8 @@ class OtlpReceiver:
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Write everything accepted so far; False if that took longer than the timeout."""
+        if self.workers is not None:
+            return self.workers.flush(timeout_s)
         return self.processor is not None and self.processor.force_flush(int(timeout_s * 1000))
 
     def stop(self, timeout_s: float = 120.0) -> None:
@@ -164,6 +187,8 @@ class OtlpReceiver:
             self._http.server_close()
         with self._lock:  # a request still in flight now gets 503 / UNAVAILABLE
             self._closing = True
+        if self.workers is not None:
+            self.workers.stop(max(deadline - time.monotonic(), 0))
         if self.processor is not None:
             self.processor.shutdown(int(max(deadline - time.monotonic(), 0) * 1000))
 
@@ -192,31 +217,65 @@ class OtlpReceiver:
                 self.throttled += 1
             raise Throttled(client, self.limiter.rate, wait)
 
+    def receive(self, signal: str, body: bytes, as_json: bool) -> tuple[int, str]:
+        """Decode and queue one request body (here, or in the workers); returns (rejected, message)
+        for `partial_success`. Raises RequestError as `ingest` does, and 400 for a body that is not
+        an OTLP request."""
+        if self.workers is None:
+            return self.ingest(signal, *decode_body(signal, body, as_json))
+        with self._lock:
+            if self._closing:
+                raise RequestError(503, grpc.StatusCode.UNAVAILABLE, "the receiver is shutting down", retry=True)
+        got = self.workers.receive(signal, body, as_json)
+        if got.errors and not got.records:
+            raise RequestError(400, grpc.StatusCode.INVALID_ARGUMENT,
+                               f"every {NOUNS[signal]} is malformed: {summary(got.errors)}")
+        # All or none, as in one process: a worker with no room for its share makes the whole request
+        # a retry; the shares other workers took are stored twice, and read once (the views keep one
+        # row per span).
+        return self._account(signal, got.records, got.refused, got.errors, whole=got.refused > 0)
+
+    def receive_request(self, signal: str, request: Message) -> tuple[int, str]:
+        """`receive` for a request gRPC has already parsed."""
+        if self.workers is None:
+            return self.ingest(signal, *records_from_proto(signal, request))
+        return self.receive(signal, request.SerializeToString(), as_json=False)
+
     def ingest(self, signal: str, records: list[Any], errors: list[str]) -> tuple[int, str]:
         """Queue decoded records; returns (rejected, message) for `partial_success`.
 
         Raises RequestError when nothing could be taken: every record malformed (400), the queue
         full (503) or the receiver stopping (503).
         """
-        noun = NOUNS[signal]
         if errors and not records:
             raise RequestError(400, grpc.StatusCode.INVALID_ARGUMENT,
-                               f"every {noun} is malformed: {summary(errors)}")
+                               f"every {NOUNS[signal]} is malformed: {summary(errors)}")
         with self._lock:
             if self._closing or self.processor is None:
                 raise RequestError(503, grpc.StatusCode.UNAVAILABLE, "the receiver is shutting down", retry=True)
             spans, logs = (records, ()) if signal == TRACES else ((), records)
             refused = self.processor.accept_records(spans, logs) if records else 0
-            self.counts[f"accepted_{signal}"] += len(records) - refused
+        return self._account(signal, len(records), refused, errors, whole=bool(records) and refused == len(records))
+
+    def _account(self, signal: str, records: int, refused: int, errors: list[str], whole: bool) -> tuple[int, str]:
+        noun = NOUNS[signal]
+        with self._lock:
+            self.counts[f"accepted_{signal}"] += records - refused
             self.counts[f"refused_{signal}"] += refused
             self.counts[f"malformed_{signal}"] += len(errors)
-        if records and refused == len(records):
+        if whole:
             raise RequestError(503, grpc.StatusCode.RESOURCE_EXHAUSTED,
                                "the receiver's queue is full (the store is not keeping up); retry later", retry=True)
         parts = [f"{len(errors)} malformed {noun}(s) skipped: {summary(errors)}"] if errors else []
         if refused:
             parts.append(f"{refused} {noun}(s) refused: the receiver's queue is full")
         return len(errors) + refused, "; ".join(parts)
+
+    def stats(self) -> dict[str, Any]:
+        """The writer counters (`ReplayProcessor.stats`; with workers, theirs added up)."""
+        if self.workers is not None:
+            return self.workers.stats()
+        return self.processor.stats if self.processor is not None else {}
 
 
 # -- gRPC --------------------------------------------------------------------------------------
@@ -226,8 +285,7 @@ def _grpc_export(receiver: OtlpReceiver, signal: str, request: Message, context:
         metadata = dict(context.invocation_metadata())
         if not receiver.authorized(metadata.get("authorization")):
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (authorization metadata)")
-        records, errors = records_from_proto(signal, request)
-        return export_response(signal, *receiver.ingest(signal, records, errors))
+        return export_response(signal, *receiver.receive_request(signal, request))
     except RequestError as exc:
         if exc.retry:
             info = RetryInfo()

@@ -15,6 +15,7 @@ from google.protobuf.message import Message
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from otel_replay.normalize.records import TracePart
 from otel_replay.normalize.sources.errors import SourceError
 from otel_replay.normalize.sources.otlp_json import logs_from_request, spans_from_request
 from otel_replay.normalize.sources.otlp_proto import (
@@ -39,8 +40,9 @@ class RequestError(Exception):
         self.status, self.code, self.message, self.retry = status, code, message, retry
 
 
-def decode_body(signal: str, body: bytes, json: bool) -> tuple[list[Any], list[str]]:
-    """Records in an OTLP request body, and one message per malformed record (skipped).
+def decode_body(signal: str, body: bytes, json: bool, part: TracePart | None = None) -> tuple[list[Any], list[str]]:
+    """Records in an OTLP request body (those of `part`'s traces only, when given: a receiver
+    worker's share), and one message per malformed record (skipped).
 
     Raises only `RequestError`: 400 for a body that is not an OTLP request at all (not JSON,
     not protobuf, the wrong shape), 413 for too many records. Every record returned passed
@@ -48,14 +50,14 @@ def decode_body(signal: str, body: bytes, json: bool) -> tuple[list[Any], list[s
     """
     try:
         if not json:
-            return records_from_proto(signal, (parse_traces if signal == TRACES else parse_logs)(body))
+            return records_from_proto(signal, (parse_traces if signal == TRACES else parse_logs)(body), part)
         doc = orjson.loads(body)
         top, mid, leaf = _JSON_LEVELS[signal]
         if isinstance(doc, dict):
             _check_count(signal, sum(len(_dicts(m.get(leaf))) for o in _dicts(doc.get(top)) for m in _dicts(o.get(mid))))
         errors: list[tuple[str, str]] = []
         decode = spans_from_request if signal == TRACES else logs_from_request
-        records = list(decode(doc, errors))
+        records = list(decode(doc, errors, part))
         return records, [f"{path}: {reason}" for path, reason in errors]
     except SourceError as exc:
         raise RequestError(400, grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
@@ -63,13 +65,13 @@ def decode_body(signal: str, body: bytes, json: bool) -> tuple[list[Any], list[s
         raise RequestError(400, grpc.StatusCode.INVALID_ARGUMENT, f"body is not JSON: {exc}") from None
 
 
-def records_from_proto(signal: str, request: Message) -> tuple[list[Any], list[str]]:
+def records_from_proto(signal: str, request: Message, part: TracePart | None = None) -> tuple[list[Any], list[str]]:
     """Records of a parsed request (HTTP or gRPC); a malformed record is skipped and described."""
     top, mid, leaf = _PROTO_LEVELS[signal]
     _check_count(signal, sum(len(getattr(m, leaf)) for o in getattr(request, top) for m in getattr(o, mid)))
     errors: list[tuple[str, str]] = []
     decode = spans_from_proto if signal == TRACES else logs_from_proto
-    records = list(decode(request, errors))
+    records = list(decode(request, errors, part))
     return records, [f"{path}: {reason}" for path, reason in errors]
 
 

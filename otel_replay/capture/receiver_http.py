@@ -31,7 +31,6 @@ from otel_replay.capture.receiver_decode import (
     LOGS,
     TRACES,
     RequestError,
-    decode_body,
     export_response,
 )
 from otel_replay.capture.receiver_limits import ByteBudget, ConnectionSlots, DeadlineReader
@@ -130,9 +129,9 @@ class _OtlpHandler(BaseHTTPRequestHandler):
                 if not self.server.decoders.acquire(timeout=_WAIT_FOR_ROOM_S):
                     raise RequestError(503, grpc.StatusCode.UNAVAILABLE, "the receiver is busy; retry later", retry=True)
                 try:
-                    records, errors = decode_body(signal, decompress(body, encoding, receiver.max_body), as_json)
+                    plain = decompress(body, encoding, receiver.max_body)
                     del body
-                    response = export_response(signal, *receiver.ingest(signal, records, errors))
+                    response = export_response(signal, *receiver.receive(signal, plain, as_json))
                 finally:
                     self.server.decoders.release()
             finally:

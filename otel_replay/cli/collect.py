@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -24,6 +26,15 @@ from otel_replay.cli.privacy import privacy_from, privacy_options
 from otel_replay.trajectory import Store
 
 STOP_TIMEOUT_S = 300.0  # at SIGTERM, how long the writer gets to store what was acknowledged
+QUEUE_BYTES = 256 * 1024 * 1024  # the queue byte cap of one `ReplayProcessor`, split among the workers
+MIN_WORKER_QUEUE_BYTES = 64 * 1024 * 1024  # below ~60 MB the writer's own reserves no longer fit (sizing.py)
+MAX_AUTO_WORKERS = 8
+MAX_WORKERS = 64
+
+
+def auto_workers() -> int:
+    """One worker per core, at most MAX_AUTO_WORKERS (one core: the receiver's own process)."""
+    return max(1, min(os.cpu_count() or 1, MAX_AUTO_WORKERS))
 
 
 @contextlib.contextmanager
@@ -49,18 +60,26 @@ def stop_signal() -> Iterator[threading.Event]:
               show_default=True, help="Largest request body, compressed or decompressed.")
 @click.option("--max-requests-per-s", type=click.FloatRange(0), default=DEFAULT_RATE, show_default=True,
               help="Requests per second from one client address; more get 429 and a retry delay (0: no limit).")
+@click.option("--workers", type=click.IntRange(0, MAX_WORKERS), default=0, show_default=True,
+              help="Processes that decode and store (each trace whole in one); 0: one per core, "
+                   f"at most {MAX_AUTO_WORKERS}; 1: this process alone.")
 @privacy_options
 @click.pass_obj
 def collect(store: Store, host: str, http_port: int, grpc_port: int, token: str | None, max_body_mb: float,
-            max_requests_per_s: float, redact_rules: Path | None, no_redact: bool, payloads: str) -> None:
+            max_requests_per_s: float, workers: int, redact_rules: Path | None, no_redact: bool, payloads: str) -> None:
     """Receive OTLP traces and logs (HTTP and gRPC) from any service into the store.
 
     Example: otel-replay collect --token s3cret
     """
     redact, capture_payloads = privacy_from(redact_rules, no_redact, payloads)  # secrets redacted before storage
+    workers = workers or auto_workers()
+    # the queue's byte cap is shared out (down to what one worker's writer needs to run well)
+    make = functools.partial(ReplayProcessor, store.root, redact=redact, capture_payloads=capture_payloads,
+                             max_queue_bytes=max(QUEUE_BYTES // workers, MIN_WORKER_QUEUE_BYTES))
     receiver = OtlpReceiver(store.root, host=host, http_port=http_port, grpc_port=grpc_port, token=token,
                             max_body_mb=max_body_mb, max_requests_per_s=max_requests_per_s or None,
-                            processor=ReplayProcessor(store.root, redact=redact, capture_payloads=capture_payloads))
+                            workers=workers, processor_factory=make if workers > 1 else None,
+                            processor=make() if workers == 1 else None)
     with stop_signal() as stop:
         try:
             receiver.start()
@@ -69,6 +88,7 @@ def collect(store: Store, host: str, http_port: int, grpc_port: int, token: str 
         click.echo(f"OTLP/HTTP  {receiver.http_endpoint}  (/v1/traces, /v1/logs)")
         click.echo(f"OTLP/gRPC  {receiver.grpc_endpoint}")
         click.echo(f"store      {store.root.display()}")
+        click.echo(f"workers    {workers} {'process' if workers == 1 else 'processes'}")
         if not token and not is_loopback(host):
             click.echo(f"warning: listening on {host} without a token; anyone who can reach it can write to the "
                        f"store (set --token or {TOKEN_ENV})", err=True)
@@ -83,7 +103,7 @@ def collect(store: Store, host: str, http_port: int, grpc_port: int, token: str 
                f"{c['malformed_logs']} malformed")
     if receiver.throttled:
         click.echo(f"requests over a client's rate (429): {receiver.throttled}")
-    unwritten = receiver.processor.stats["queued"] if receiver.processor else 0
+    unwritten = receiver.stats().get("queued", 0)
     if unwritten:
         click.echo(f"warning: {unwritten} accepted records were not written within {STOP_TIMEOUT_S:g} s and are lost",
                    err=True)

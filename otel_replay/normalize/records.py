@@ -6,6 +6,7 @@ convention adapter is written once and works for every source.
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,3 +55,13 @@ class LogEvent:
     time_ns: int | None
     body: Any
     attributes: Mapping[str, Any] = field(default_factory=dict)
+
+
+TracePart = tuple[int, int]
+"""(index, count): the traces of one worker among `count`, as `partition_of` assigns them."""
+
+
+def partition_of(trace_id: str | None, parts: int) -> int:
+    """The part of a trace (by its hex id) among `parts`: stable across runs and processes (crc32,
+    not the salted `hash`), so import workers and receiver workers split traces alike, each whole."""
+    return zlib.crc32((trace_id or "").encode("utf-8", "surrogatepass")) % parts

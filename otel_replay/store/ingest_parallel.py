@@ -15,7 +15,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import sys
-import zlib
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from typing import Any
 
 from otel_replay.normalize.pipeline import NormalizedSpan
 from otel_replay.normalize.privacy import DEFAULT_PRIVACY
-from otel_replay.normalize.records import LogEvent, SpanRecord
+from otel_replay.normalize.records import LogEvent, SpanRecord, partition_of
 from otel_replay.store.ingest import IngestResult, ingest
 from otel_replay.store.location import StoreLike
 
@@ -44,11 +43,6 @@ def jobs_for(spans: int, traces: int, requested: int | None = None) -> int:
     if requested:
         return max(1, min(requested, traces))
     return max(1, min(os.cpu_count() or 1, MAX_AUTO_JOBS, spans // MIN_SPANS_PER_JOB))
-
-
-def partition_of(trace_id: str | None, jobs: int) -> int:
-    """The worker of a trace: stable across runs and processes (crc32, not the salted `hash`)."""
-    return zlib.crc32((trace_id or "").encode("utf-8", "surrogatepass")) % jobs
 
 
 @dataclass(slots=True)

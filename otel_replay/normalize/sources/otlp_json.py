@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from otel_replay.normalize.records import LogEvent, SpanEvent, SpanRecord
+from otel_replay.normalize.records import LogEvent, SpanEvent, SpanRecord, TracePart, partition_of
 from otel_replay.normalize.sources.checks import (
     INT64,
     MAX_DEPTH,
@@ -306,11 +306,13 @@ def _resource(outer: Mapping[str, Any]) -> dict[str, Any]:
     return key_values(mapping(outer.get("resource"), "resource").get("attributes") or [], "resource.attributes")
 
 
-def spans_from_request(doc: Mapping[str, Any], errors: list[tuple[str, str]] | None = None) -> Iterator[SpanRecord]:
+def spans_from_request(doc: Mapping[str, Any], errors: list[tuple[str, str]] | None = None,
+                       part: TracePart | None = None) -> Iterator[SpanRecord]:
     """Every span in an `ExportTraceServiceRequest` (raises OtlpFormatError on a wrong shape).
 
     With `errors`, a malformed span (or resource, or scope) is skipped and recorded as (its path
-    in the document, reason); without, the first one raises its `SourceError`.
+    in the document, reason); without, the first one raises its `SourceError`. With `part`, only
+    the spans of that part's traces (`partition_of`) are decoded.
     """
     if not isinstance(doc, Mapping) or "resourceSpans" not in doc:
         raise OtlpFormatError("not an OTLP/JSON trace request: no 'resourceSpans' key")
@@ -331,6 +333,8 @@ def spans_from_request(doc: Mapping[str, Any], errors: list[tuple[str, str]] | N
                 continue
             fields = _scope_fields(scope, resource)
             for k, span in enumerate(spans):
+                if part is not None and partition_of(_trace_key(span), part[1]) != part[0]:
+                    continue
                 if fields is not None:
                     record = _fast_span(span, resource, *fields)
                     if record is not None:
@@ -340,6 +344,12 @@ def spans_from_request(doc: Mapping[str, Any], errors: list[tuple[str, str]] | N
                     yield span_from_otlp(span, resource, scope)
                 except SourceError as exc:
                     _skip(errors, exc, f"{where}.scopeSpans[{j}].spans[{k}]")
+
+
+def _trace_key(record: Mapping[str, Any]) -> str:
+    """A record's trace id as the decoder will spell it (lower-case hex), for `partition_of`."""
+    trace_id = record.get("traceId")
+    return trace_id.lower() if isinstance(trace_id, str) else ""
 
 
 def _skip(errors: list[tuple[str, str]] | None, exc: SourceError, record: str) -> None:
@@ -372,8 +382,9 @@ def log_from_otlp(rec: Mapping[str, Any]) -> LogEvent:
     ))
 
 
-def logs_from_request(doc: Mapping[str, Any], errors: list[tuple[str, str]] | None = None) -> Iterator[LogEvent]:
-    """Every log record in an `ExportLogsServiceRequest` (`errors` as in `spans_from_request`)."""
+def logs_from_request(doc: Mapping[str, Any], errors: list[tuple[str, str]] | None = None,
+                      part: TracePart | None = None) -> Iterator[LogEvent]:
+    """Every log record in an `ExportLogsServiceRequest` (`errors` and `part` as in `spans_from_request`)."""
     if not isinstance(doc, Mapping) or "resourceLogs" not in doc:
         raise OtlpFormatError("not an OTLP/JSON logs request: no 'resourceLogs' key")
     for i, rl in enumerate(_list(doc["resourceLogs"], "resourceLogs")):
@@ -389,6 +400,8 @@ def logs_from_request(doc: Mapping[str, Any], errors: list[tuple[str, str]] | No
                 _skip(errors, exc, f"resourceLogs[{i}].scopeLogs[{j}]")
                 continue
             for k, rec in enumerate(records):
+                if part is not None and partition_of(_trace_key(rec), part[1]) != part[0]:
+                    continue
                 try:
                     yield log_from_otlp(rec)
                 except SourceError as exc:

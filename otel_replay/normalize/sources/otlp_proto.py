@@ -10,7 +10,7 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from otel_replay.normalize.records import LogEvent, SpanEvent, SpanRecord
+from otel_replay.normalize.records import LogEvent, SpanEvent, SpanRecord, TracePart, partition_of
 from otel_replay.normalize.sources.checks import (
     MAX_DEPTH,
     MAX_STRING,
@@ -191,10 +191,11 @@ def _skip(errors: list[tuple[str, str]] | None, exc: SourceError, record: str) -
     errors.append((located.record or record, located.problem))
 
 
-def spans_from_proto(request: ExportTraceServiceRequest, errors: list[tuple[str, str]] | None = None
-                     ) -> Iterator[SpanRecord]:
+def spans_from_proto(request: ExportTraceServiceRequest, errors: list[tuple[str, str]] | None = None,
+                     part: TracePart | None = None) -> Iterator[SpanRecord]:
     """Every span of a request. With `errors`, a bad span (or resource) is skipped and recorded as
-    (its path, reason); without, the first one raises. Each resource is decoded once."""
+    (its path, reason); without, the first one raises. Each resource is decoded once. With `part`,
+    only the spans of that part's traces (`partition_of`) are decoded; paths stay the request's."""
     for i, rs in enumerate(request.resource_spans):
         try:
             resource = guarded(key_values)(rs.resource.attributes, "resource.attributes")
@@ -204,6 +205,8 @@ def spans_from_proto(request: ExportTraceServiceRequest, errors: list[tuple[str,
         for j, ss in enumerate(rs.scope_spans):
             fields = _scope_fields(ss.scope, resource)
             for k, span in enumerate(ss.spans):
+                if part is not None and partition_of(span.trace_id.hex(), part[1]) != part[0]:
+                    continue
                 if fields is not None:
                     record = _fast_span(span, resource, *fields)
                     if record is not None:
@@ -215,12 +218,14 @@ def spans_from_proto(request: ExportTraceServiceRequest, errors: list[tuple[str,
                     _skip(errors, exc, f"resource_spans[{i}].scope_spans[{j}].spans[{k}]")
 
 
-def logs_from_proto(request: ExportLogsServiceRequest, errors: list[tuple[str, str]] | None = None
-                    ) -> Iterator[LogEvent]:
-    """Every log record of a request (`errors` as in `spans_from_proto`)."""
+def logs_from_proto(request: ExportLogsServiceRequest, errors: list[tuple[str, str]] | None = None,
+                    part: TracePart | None = None) -> Iterator[LogEvent]:
+    """Every log record of a request (`errors` and `part` as in `spans_from_proto`)."""
     for i, rl in enumerate(request.resource_logs):
         for j, sl in enumerate(rl.scope_logs):
             for k, rec in enumerate(sl.log_records):
+                if part is not None and partition_of(rec.trace_id.hex(), part[1]) != part[0]:
+                    continue
                 try:
                     yield log_from_proto(rec)
                 except SourceError as exc:
