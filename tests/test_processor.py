@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 
+import pytest
 from click.testing import CliRunner
 
 from otel_replay import ReplayProcessor, Store
@@ -15,8 +16,9 @@ from otel_replay.cli import main as cli
 from tests.helpers import REPO, chat_attributes, provider_with
 
 
-def test_shutdown_writes_everything_accepted(tmp_path):
-    processor = ReplayProcessor(tmp_path, flush_interval_s=60)  # only shutdown will write
+@pytest.mark.parametrize("yield_gil", [True, False])  # False: a receiver worker's writer, never pausing
+def test_shutdown_writes_everything_accepted(tmp_path, yield_gil):
+    processor = ReplayProcessor(tmp_path, flush_interval_s=60, yield_gil=yield_gil)  # only shutdown will write
     provider = provider_with(processor)
     tracer = provider.get_tracer("t")
     for i in range(300):

@@ -1,15 +1,23 @@
 """Receiver benchmark: spans/s into `OtlpReceiver` over OTLP/HTTP from one client, with a baseline.
 
-The client is a separate Python process with one thread and the real OTLP/HTTP span exporter,
-sending batches of GenAI chat spans (built before the clock starts, ~4 KB of distinct payload
-each, the capture benchmark's writer spans). The baseline is the same client posting to a
-stdlib HTTP server that reads and discards each body: what the client, its encoding and the
-loopback cost on their own. Each round times both servers back to back, and the receiver /
-baseline ratio of those paired rounds is the figure to compare across machines.
+The client is a separate process with one thread and one keep-alive connection, sending batches
+of GenAI chat spans (built before the clock starts, ~4 KB of distinct payload each, the capture
+benchmark's writer spans, 16 to a trace as agent runs come). It is one of two kinds:
+
+- `encoded` (default): requests encoded with the OTLP protobuf encoder before the clock starts
+  and posted as they are, what a compiled sender such as the OpenTelemetry Collector's
+  `otlphttp` exporter costs per request, so the receiver is what is measured;
+- `exporter`: the Python SDK's OTLP/HTTP span exporter, which encodes each batch as it sends
+  (~120 µs a span on these machines: one Python thread cannot send these spans much faster than ~8k/s).
+
+The baseline is the same client posting to a stdlib HTTP server that reads and discards each
+body: what the client and the loopback cost on their own. Each round times both servers back to
+back, and the receiver / baseline ratio of those paired rounds is the figure to compare across machines.
 """
 
 from __future__ import annotations
 
+import http.client
 import shutil
 import statistics
 import subprocess
@@ -17,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -25,6 +34,8 @@ from typing import Any
 from otel_replay.bench.machine import machine_info
 from otel_replay.bench.spans import SeededText, SyntheticSpans
 from otel_replay.capture.receiver import OtlpReceiver
+from otel_replay.capture.receiver_workers import auto_workers
+from otel_replay.trajectory import Store
 
 BASELINE = "stdlib HTTP server that discards the body"
 PAYLOAD_BYTES = 4096
@@ -42,6 +53,8 @@ class Sizes:
 
 FULL = Sizes(spans=15_360, batch=512, rounds=3)
 QUICK = Sizes(spans=1_024, batch=512, rounds=1)
+SPANS_PER_TRACE = 16  # one agent run's worth; the receiver's workers split requests by trace
+CLIENTS = ("encoded", "exporter")
 
 # metric key -> (label, unit, target, comparison); the target applies to the receiver.
 METRICS: dict[str, tuple[str, str, float | None, str]] = {
@@ -53,41 +66,73 @@ METRICS: dict[str, tuple[str, str, float | None, str]] = {
 
 # -- the client process ----------------------------------------------------------------------
 def client_main() -> None:
-    """The client: builds spans, then per `send URL` line exports them all and answers `sent N`.
+    """The client: builds spans, then per `send URL` line sends them all and answers `sent FAILED RETRIES`.
 
-    Run as `python -c "from otel_replay.bench.receiver import client_main; client_main()" SPANS BATCH`.
+    Run as `python -c "from otel_replay.bench.receiver import client_main; client_main()" SPANS BATCH KIND`.
     """
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.trace.export import SpanExportResult
 
-    count, batch = int(sys.argv[1]), int(sys.argv[2])
-    spans = SyntheticSpans(SeededText(seed=7, corpus_bytes=2_000_000)).chat_spans(count, PAYLOAD_BYTES, distinct=True)
+    count, batch, kind = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    spans = SyntheticSpans(SeededText(seed=7, corpus_bytes=2_000_000)).chat_spans(
+        count, PAYLOAD_BYTES, distinct=True, per_trace=SPANS_PER_TRACE)
     batches = [spans[i:i + batch] for i in range(0, count, batch)]
-    request_bytes = sum(len(encode_spans(b).SerializeToString()) for b in batches)
-    print(f"ready {request_bytes}", flush=True)
+    bodies = [encode_spans(b).SerializeToString() for b in batches]
+    print(f"ready {sum(map(len, bodies))}", flush=True)
+    send = _send_encoded if kind == "encoded" else _send_with_exporter
     for line in sys.stdin:
         command, _, url = line.strip().partition(" ")
         if command != "send":
             break
-        exporter = OTLPSpanExporter(endpoint=url, timeout=120)
-        failed = sum(exporter.export(b) is not SpanExportResult.SUCCESS for b in batches)
-        exporter.shutdown()
-        print(f"sent {failed}", flush=True)
+        failed, retries = send(url, batches if kind == "exporter" else bodies)
+        print(f"sent {failed} {retries}", flush=True)
+
+
+def _send_with_exporter(url: str, batches: list[Any]) -> tuple[int, int]:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import SpanExportResult
+
+    exporter = OTLPSpanExporter(endpoint=url, timeout=120)
+    failed = sum(exporter.export(b) is not SpanExportResult.SUCCESS for b in batches)
+    exporter.shutdown()
+    return failed, 0  # the exporter retries on its own, unseen
+
+
+def _send_encoded(url: str, bodies: list[bytes]) -> tuple[int, int]:
+    """POST each body over one keep-alive connection; on 429/503 wait `Retry-After` and resend it."""
+    parsed = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=120)
+    failed = retries = 0
+    try:
+        for body in bodies:
+            for _ in range(100):
+                conn.request("POST", parsed.path, body, {"Content-Type": "application/x-protobuf"})
+                response = conn.getresponse()
+                response.read()
+                if response.status not in (429, 503):
+                    failed += response.status != 200
+                    break
+                retries += 1
+                time.sleep(min(float(response.getheader("Retry-After") or 1), 1.0))
+            else:
+                failed += 1
+    finally:
+        conn.close()
+    return failed, retries
 
 
 class _Client:
-    def __init__(self, sizes: Sizes) -> None:
+    def __init__(self, sizes: Sizes, kind: str) -> None:
         code = "from otel_replay.bench.receiver import client_main; client_main()"
-        self.proc = subprocess.Popen([sys.executable, "-c", code, str(sizes.spans), str(sizes.batch)],
+        self.proc = subprocess.Popen([sys.executable, "-c", code, str(sizes.spans), str(sizes.batch), kind],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self.request_bytes = int(self._expect("ready"))
+        self.request_bytes = int(self._expect("ready")[0])
+        self.retries = 0
 
     def _expect(self, word: str) -> str:
         line = self.proc.stdout.readline() if self.proc.stdout else ""
         if not line.startswith(word):
             raise RuntimeError(f"benchmark client: expected {word!r}, got {line!r} (exit code {self.proc.poll()})")
-        return line.split()[1]
+        return line.split()[1:]
 
     def send(self, url: str) -> float:
         """Seconds until every batch was answered; raises if any export failed."""
@@ -95,8 +140,9 @@ class _Client:
         started = time.perf_counter()
         self.proc.stdin.write(f"send {url}\n")
         self.proc.stdin.flush()
-        failed = int(self._expect("sent"))
+        failed, retries = map(int, self._expect("sent"))
         elapsed = time.perf_counter() - started
+        self.retries += retries
         if failed:
             raise RuntimeError(f"benchmark client: {failed} export requests to {url} failed")
         return elapsed
@@ -133,18 +179,21 @@ def _baseline_round(client: _Client) -> float:
         server.server_close()
 
 
-def _receiver_round(client: _Client, sizes: Sizes, store: Path) -> dict[str, Any]:
-    with OtlpReceiver(store, http_port=0, grpc_port=0) as receiver:
+def _receiver_round(client: _Client, sizes: Sizes, store: Path, workers: int) -> dict[str, Any]:
+    """One timed round; the workers (if any) start before the clock, as `collect` starts them once."""
+    with OtlpReceiver(store, http_port=0, grpc_port=0, workers=workers) as receiver:
         started = time.perf_counter()
         received = client.send(f"{receiver.http_endpoint}/v1/traces")
         if not receiver.flush(FLUSH_TIMEOUT_S):
             raise RuntimeError(f"the receiver's writer did not finish within {FLUSH_TIMEOUT_S} s")
         stored = time.perf_counter() - started
-        assert receiver.processor is not None
-        written = receiver.processor.stats["written_spans"]
-    if written != sizes.spans or receiver.counts["refused_traces"]:
-        raise RuntimeError(f"stored {written} of {sizes.spans} spans ({receiver.counts})")
-    return {"received_s": received, "stored_s": stored}
+        written = receiver.stats()["written_spans"]
+    # a request some workers had room for and one had not is resent whole: its other shares are
+    # written twice and read once, so the store must hold each span once and every accepted one
+    distinct = Store(store).sql("select count(*) as n from spans").to_pylist()[0]["n"]
+    if written != receiver.counts["accepted_traces"] or distinct != sizes.spans:
+        raise RuntimeError(f"stored {distinct} of {sizes.spans} spans, wrote {written} ({receiver.counts})")
+    return {"received_s": received, "stored_s": stored, "written_twice": written - sizes.spans}
 
 
 # -- where the time goes -----------------------------------------------------------------------
@@ -155,7 +204,8 @@ def per_span_costs(spans: int, batch: int) -> dict[str, float]:
 
     from otel_replay.capture.receiver_decode import decode_body
 
-    made = SyntheticSpans(SeededText(seed=7, corpus_bytes=2_000_000)).chat_spans(spans, PAYLOAD_BYTES, distinct=True)
+    made = SyntheticSpans(SeededText(seed=7, corpus_bytes=2_000_000)).chat_spans(
+        spans, PAYLOAD_BYTES, distinct=True, per_trace=SPANS_PER_TRACE)
     batches = [made[i:i + batch] for i in range(0, spans, batch)]
     started = time.process_time()
     bodies = [encode_spans(b).SerializeToString() for b in batches]
@@ -169,23 +219,29 @@ def per_span_costs(spans: int, batch: int) -> dict[str, float]:
 
 
 # -- the run ---------------------------------------------------------------------------------
-def run_receiver_bench(quick: bool = False, store_dir: Path | None = None) -> dict:
+def run_receiver_bench(quick: bool = False, store_dir: Path | None = None, workers: int | None = None,
+                       client: str = "encoded") -> dict:
     """Time the receiver and the baseline over OTLP/HTTP; returns one JSON-ready dict.
 
     :param quick: one small round (a few seconds, for tests); the default takes about a minute.
     :param store_dir: where the receiver's stores go (kept); default a temporary directory (removed).
+    :param workers: the receiver's worker processes (default: `collect`'s, one per core); 1: none.
+    :param client: `encoded` (requests encoded before the clock) or `exporter` (the Python OTLP exporter).
     """
+    if client not in CLIENTS:
+        raise ValueError(f"client must be one of {', '.join(CLIENTS)}, got {client!r}")
     sizes = QUICK if quick else FULL
+    workers = workers or auto_workers()
     started = time.perf_counter()
     machine = machine_info()
     root = Path(store_dir) if store_dir is not None else Path(tempfile.mkdtemp(prefix="otel-replay-bench-"))
-    client = _Client(sizes)
+    kind, client = client, _Client(sizes, client)
     rounds: list[dict[str, Any]] = []
     try:
         _baseline_round(client)  # warm-up: the client's first export pays for imports and caches
         for i in range(sizes.rounds):
             baseline = _baseline_round(client)
-            rounds.append({"baseline_s": baseline, **_receiver_round(client, sizes, root / f"round-{i}")})
+            rounds.append({"baseline_s": baseline, **_receiver_round(client, sizes, root / f"round-{i}", workers)})
     finally:
         client.close()
         if store_dir is None:
@@ -200,6 +256,9 @@ def run_receiver_bench(quick: bool = False, store_dir: Path | None = None) -> di
     }
     return {
         "quick": quick,
+        "client": kind,
+        "workers": workers,
+        "client_retries": client.retries,
         "baseline": BASELINE,
         "machine": machine,
         "sizes": asdict(sizes),
@@ -221,6 +280,13 @@ def _metric(key: str, pairs: list[tuple[float, float]]) -> dict[str, Any]:
             "ratio_vs_baseline": statistics.median(p[0] / p[1] for p in pairs)}
 
 
+_CLIENT_NOTES = {
+    "encoded": "requests encoded (OTLP protobuf) before the clock and posted as they are, as a compiled sender "
+               "such as the OpenTelemetry Collector would",
+    "exporter": "the Python SDK's exporter (opentelemetry-exporter-otlp-proto-http), encoding each batch as it sends",
+}
+
+
 def format_receiver_table(result: dict) -> str:
     """The result as a Markdown table (readable as plain text) followed by notes on the run."""
     header = ["metric", "target", "OtlpReceiver", result.get("baseline", BASELINE), "receiver / baseline", "result"]
@@ -238,9 +304,16 @@ def format_receiver_table(result: dict) -> str:
     notes = [
         f"Machine: {machine['cpus']} CPUs ({machine['cpu_model']}), {machine['implementation']} {machine['python']}; "
         f"{'quick' if result['quick'] else 'full'} run, {result['elapsed_s']:.1f} s.",
-        f"Client: one process, one thread, opentelemetry-exporter-otlp-proto-http, {sizes['spans']:,} distinct GenAI "
-        f"chat spans per round (~{result['payload_bytes_per_span']:,} payload bytes each) in requests of "
-        f"{sizes['batch']} spans, {result['request_bytes_per_round'] / 1e6:.1f} MB of protobuf per round, no compression.",
+        f"Client: one process, one thread, one connection; {_CLIENT_NOTES[result['client']]}; {sizes['spans']:,} "
+        f"distinct GenAI chat spans per round (~{result['payload_bytes_per_span']:,} payload bytes each, "
+        f"{SPANS_PER_TRACE} to a trace) in requests of {sizes['batch']} spans, "
+        f"{result['request_bytes_per_round'] / 1e6:.1f} MB of protobuf per round, no compression"
+        + (f"; {result['client_retries']} requests resent after 503 (a worker's queue full)"
+           if result.get("client_retries") else "") + ".",
+        f"Receiver: `OtlpReceiver(workers={result['workers']})`"
+        + (" (decoding and storing in this process)." if result["workers"] == 1 else
+           f": {result['workers']} worker processes, started before the clock, each decoding and storing "
+           f"its share of every request's traces."),
         f"Median of {sizes['rounds']} round(s) after an untimed warm-up; in each the baseline and then a fresh "
         f"receiver got the same spans. "
         f"The baseline column is the client's own ceiling (it stores nothing); its time is until the last response.",

@@ -84,12 +84,15 @@ class ReplayProcessor(SpanProcessor):
         anything is stored; see `otel_replay.normalize.redact`.
     :param capture_payloads: False stores no payload at all (every step observation-only), or a
         mapping per step kind such as ``{"llm": True, "tool": False}`` (kinds not named: True).
+    :param yield_gil: the writer pauses between slices of its work while another thread (the
+        service's) waits for the GIL; False where nothing else in the process waits on it, such as
+        a receiver worker, so the writer runs flat out.
     """
 
     def __init__(self, store: str | Path | StoreLocation | None = None, *, max_queue_spans: int = 50_000,
                  max_queue_bytes: int = 256 * 1024 * 1024, flush_interval_s: float = 2.0,
                  flush_rows: int = 20_000, redact: Redactor | bool = True,
-                 capture_payloads: bool | Mapping[str, bool] = True) -> None:
+                 capture_payloads: bool | Mapping[str, bool] = True, yield_gil: bool = True) -> None:
         if max_queue_spans <= 0 or max_queue_bytes <= 0:
             raise ValueError("max_queue_spans and max_queue_bytes must be positive")
         if flush_interval_s <= 0 or flush_rows <= 0:
@@ -97,6 +100,7 @@ class ReplayProcessor(SpanProcessor):
         self.store = StoreLocation.of(store)
         self.privacy = Privacy(redact, capture_payloads)  # raises ValueError now, never on the writer
         self._options = (max_queue_spans, max_queue_bytes, flush_interval_s, flush_rows)
+        self._yield_gil = yield_gil
         self._shutdown = False
         self.internal_errors = 0
         self.refused_records = 0  # decoded records turned away whole (the sender retries them)
@@ -114,7 +118,8 @@ class ReplayProcessor(SpanProcessor):
         max_spans, max_bytes, interval, rows = self._options
         self._queue = SpanQueue(max_spans, max_bytes)
         self._writer = CaptureWriter(self.store, self._queue, flush_interval_s=interval, flush_rows=rows,
-                                     markers=MARKERS, privacy=self.privacy, on_room=self._room_callback())
+                                     markers=MARKERS, privacy=self.privacy, on_room=self._room_callback(),
+                                     yield_gil=self._yield_gil)
         self._accept, self._shed = self._hot_paths(self._queue, self._writer.wake, min(2000, max_spans // 2 or 1))
         self._route(self._on_end_after_shutdown if self._shutdown else self._accept)
         self._writer.start()

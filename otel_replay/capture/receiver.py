@@ -75,7 +75,7 @@ class OtlpReceiver:
         queue, or to share it); `stop` shuts it down either way.
     :param workers: processes that decode and store (`receiver_workers`); 1: this process does.
     :param processor_factory: with `workers` > 1, builds each worker's processor in the worker
-        (picklable; default: `ReplayProcessor(store)`).
+        (picklable; default: `ReplayProcessor(store, yield_gil=False)`).
     """
 
     def __init__(self, store: str | Path | StoreLocation, *, host: str = "127.0.0.1", http_port: int = 4318,
@@ -94,7 +94,7 @@ class OtlpReceiver:
             raise ReceiverError("give a processor_factory, not a processor, for several workers")
         self.store = StoreLocation.of(store)
         self.worker_count = workers
-        self.processor_factory = processor_factory or functools.partial(ReplayProcessor, self.store)
+        self.processor_factory = processor_factory or functools.partial(ReplayProcessor, self.store, yield_gil=False)
         self.workers: ReceiverWorkers | None = None
         """The worker processes, while they run (`workers` > 1)."""
         self.host, self.http_port, self.grpc_port = host, http_port, grpc_port

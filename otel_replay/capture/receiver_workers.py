@@ -17,8 +17,10 @@ had accepted but not written is lost, as with a `kill -9` of a single-process re
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import multiprocessing
+import os
 import re
 import signal
 import threading
@@ -34,6 +36,8 @@ from otel_replay.capture.receiver_decode import TRACES, RequestError, decode_bod
 
 ProcessorFactory = Callable[[], ReplayProcessor]
 """Builds a worker's processor, in the worker; must pickle (a module-level function or a partial)."""
+MAX_AUTO_WORKERS = 8
+WORKER_GC_THRESHOLD = 50_000  # allocations between collections of the youngest generation (default 700)
 START_TIMEOUT_S = 60.0  # a spawned worker imports otel_replay and opens the store in ~1 s
 logger = logging.getLogger("otel_replay")
 _INDEX = re.compile(r"\[(\d+)\]")
@@ -48,12 +52,22 @@ class Received:
     errors: list[str] = field(default_factory=list)  # one per malformed record (or resource)
 
 
+def auto_workers() -> int:
+    """One worker per core, at most MAX_AUTO_WORKERS (one core: the receiver's own process, no workers)."""
+    return max(1, min(os.cpu_count() or 1, MAX_AUTO_WORKERS))
+
+
 # -- the worker process --------------------------------------------------------------------------
 def worker_main(conn: Connection, index: int, count: int, factory: ProcessorFactory) -> None:
     """A worker: answers `receive`, `flush`, `stats` and `stop` from the parent until `stop` or EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group;
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the parent decides when and how a worker stops
     processor = factory()
+    # What a worker allocates dies young (a request's records, a batch's rows) and holds no cycles
+    # worth chasing often: the start-up objects are frozen out of every collection and the youngest
+    # generation is collected 70x less often (measured ~5-10% of a worker's CPU at the default).
+    gc.freeze()
+    gc.set_threshold(WORKER_GC_THRESHOLD, 20, 100)
     conn.send(("ready",))
     while True:
         try:

@@ -60,6 +60,10 @@ PAUSE_S = 0.0001
 YIELDING_S = 0.001
 
 
+def _run_on() -> None:
+    return None
+
+
 _REASONS = {
     errno.ENOSPC: "disk full",
     errno.EDQUOT: "disk quota exceeded",
@@ -118,8 +122,10 @@ class CaptureWriter:
     def __init__(self, root: StoreLocation, queue: SpanQueue, *, flush_interval_s: float, flush_rows: int,
                  markers: frozenset[str],
                  privacy: Callable[[NormalizedSpan], NormalizedSpan] | None = DEFAULT_PRIVACY,
-                 on_room: Callable[[], None] | None = None) -> None:
+                 on_room: Callable[[], None] | None = None, yield_gil: bool = True) -> None:
         self.root = root
+        if not yield_gil:  # nothing in this process waits for the GIL: no pauses
+            self._pace = _run_on  # type: ignore[method-assign]
         self._on_room = on_room  # told each time spans were taken: the producer may have stopped accepting
         self._privacy = privacy  # redaction and payload switches, applied here: never on the service's thread
         self.queue = queue
@@ -197,7 +203,7 @@ class CaptureWriter:
     def _new_slice(self) -> None:
         self._slice_wall, self._slice_cpu = time.perf_counter(), time.thread_time()
 
-    def _pace(self) -> None:
+    def _pace(self) -> None:  # replaced by `_run_on` when not yielding the GIL
         """Between units of work: pause briefly when a service thread is waiting for the GIL."""
         now = time.perf_counter()
         if now - self._slice_wall < WORK_SLICE_S:

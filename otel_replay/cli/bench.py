@@ -31,7 +31,12 @@ BENCHMARKS: dict[str, tuple[Any, ...]] = {
     "import": ("imports", "run_import_bench", "format_import_table",
                "Import throughput (steps/s) per format on the same generated traces."),
     "receiver": ("receiver", "run_receiver_bench", "format_receiver_table",
-                 "OTLP/HTTP receiver throughput from one client, against a server that discards the body."),
+                 "OTLP/HTTP receiver throughput from one client, against a server that discards the body.",
+                 [click.option("--workers", type=click.IntRange(min=1), help="The receiver's worker processes "
+                               "(default: as `collect`, one per core; 1: decode and store in the receiver's process)."),
+                  click.option("--client", type=click.Choice(["encoded", "exporter"]), default="encoded",
+                               show_default=True, help="encoded: requests encoded before the clock (a compiled "
+                               "sender such as the Collector); exporter: the Python SDK's OTLP/HTTP exporter.")]),
     "replay": ("replay", "run_replay_bench", "format_replay_table",
                "Replay engine cost per step with instant policies, beside agent_replay."),
     "accuracy": ("accuracy", "run_accuracy_bench", "format_accuracy_table",

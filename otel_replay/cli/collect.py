@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from otel_replay.capture.receiver import (
     is_loopback,
 )
 from otel_replay.capture.receiver_limits import DEFAULT_RATE
+from otel_replay.capture.receiver_workers import MAX_AUTO_WORKERS, auto_workers
 from otel_replay.cli.output import StoreCommand
 from otel_replay.cli.privacy import privacy_from, privacy_options
 from otel_replay.trajectory import Store
@@ -28,13 +28,7 @@ from otel_replay.trajectory import Store
 STOP_TIMEOUT_S = 300.0  # at SIGTERM, how long the writer gets to store what was acknowledged
 QUEUE_BYTES = 256 * 1024 * 1024  # the queue byte cap of one `ReplayProcessor`, split among the workers
 MIN_WORKER_QUEUE_BYTES = 64 * 1024 * 1024  # below ~60 MB the writer's own reserves no longer fit (sizing.py)
-MAX_AUTO_WORKERS = 8
 MAX_WORKERS = 64
-
-
-def auto_workers() -> int:
-    """One worker per core, at most MAX_AUTO_WORKERS (one core: the receiver's own process)."""
-    return max(1, min(os.cpu_count() or 1, MAX_AUTO_WORKERS))
 
 
 @contextlib.contextmanager
@@ -75,7 +69,8 @@ def collect(store: Store, host: str, http_port: int, grpc_port: int, token: str 
     workers = workers or auto_workers()
     # the queue's byte cap is shared out (down to what one worker's writer needs to run well)
     make = functools.partial(ReplayProcessor, store.root, redact=redact, capture_payloads=capture_payloads,
-                             max_queue_bytes=max(QUEUE_BYTES // workers, MIN_WORKER_QUEUE_BYTES))
+                             max_queue_bytes=max(QUEUE_BYTES // workers, MIN_WORKER_QUEUE_BYTES),
+                             yield_gil=workers == 1)  # a worker has no request threads to yield to
     receiver = OtlpReceiver(store.root, host=host, http_port=http_port, grpc_port=grpc_port, token=token,
                             max_body_mb=max_body_mb, max_requests_per_s=max_requests_per_s or None,
                             workers=workers, processor_factory=make if workers > 1 else None,
