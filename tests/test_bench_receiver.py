@@ -11,11 +11,15 @@ import math
 import pytest
 
 from otel_replay.bench.receiver import METRICS, format_receiver_table, run_receiver_bench
+from otel_replay.capture.receiver_workers import auto_workers
 
 
-@pytest.fixture(scope="module")
-def result(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return run_receiver_bench(quick=True, store_dir=tmp_path_factory.mktemp("bench"))
+@pytest.fixture(scope="module", params=[("encoded", None), ("exporter", 1)], ids=["encoded-workers", "exporter-1"])
+def result(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    client, workers = request.param
+    out = run_receiver_bench(quick=True, store_dir=tmp_path_factory.mktemp("bench"), workers=workers, client=client)
+    assert out["client"] == client and out["workers"] == (workers or auto_workers())
+    return out
 
 
 def test_every_metric_is_reported_with_its_target_and_baseline(result: dict) -> None:
@@ -45,5 +49,13 @@ def test_table_names_every_metric_and_both_servers(result: dict) -> None:
     assert "OtlpReceiver" in table and result["baseline"] in table
     assert "pass" in table or "FAIL" in table
     assert "the exporter encodes one in" in table
+    assert f"OtlpReceiver(workers={result['workers']})" in table
+    assert ("requests encoded (OTLP protobuf) before the clock" if result["client"] == "encoded"
+            else "the Python SDK's exporter") in table
     header, rule = table.splitlines()[:2]
     assert header.startswith("| metric") and set(rule) <= {"|", "-"}
+
+
+def test_an_unknown_client_is_refused() -> None:
+    with pytest.raises(ValueError, match="encoded, exporter"):
+        run_receiver_bench(quick=True, client="curl")
