@@ -9,6 +9,7 @@ clients that trickle bytes or stall mid-body are cut off without starving the ot
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import http.client
 import json
@@ -410,15 +411,19 @@ def sender_main() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("seconds", "queue_spans"), [(60, None), (30, 3_000)], ids=["capacity", "backpressure"])
-def test_load_at_capacity_from_another_process_loses_nothing_acknowledged(tmp_path, seconds, queue_spans):
+@pytest.mark.parametrize(("seconds", "queue_spans", "workers"), [(60, None, 1), (30, 3_000, 1), (30, 3_000, 2)],
+                         ids=["capacity", "backpressure", "backpressure-2-workers"])
+def test_load_at_capacity_from_another_process_loses_nothing_acknowledged(tmp_path, seconds, queue_spans, workers):
     """4 exporter threads in a second process, as fast as the receiver answers. With a small queue
     the writer falls behind now and then: refused batches (503) are retried by the exporter, and
-    only what was queued is acknowledged."""
+    only what was queued is acknowledged. With workers, a request one worker had no room for is
+    refused whole and resent (its other shares stored twice, read once)."""
     threads, batch = 4, 256
     out = tmp_path / "acked.txt"
-    processor = ReplayProcessor(tmp_path / "store", **({"max_queue_spans": queue_spans} if queue_spans else {}))
-    with OtlpReceiver(tmp_path / "store", http_port=0, grpc_port=0, processor=processor) as rx:
+    options = {"max_queue_spans": queue_spans} if queue_spans else {}
+    pooled = {"processor_factory": functools.partial(ReplayProcessor, tmp_path / "store", yield_gil=False, **options)}
+    own = {"processor": ReplayProcessor(tmp_path / "store", **options)} if workers == 1 else pooled
+    with OtlpReceiver(tmp_path / "store", http_port=0, grpc_port=0, workers=workers, **own) as rx:
         code = "from tests.test_receiver_hardening import sender_main; sender_main()"
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-c", code, f"{rx.http_endpoint}/v1/traces", str(seconds),
