@@ -10,7 +10,6 @@ from click.testing import CliRunner
 from otel_replay import Store
 from otel_replay.bench.imports import _trace, write_otlp_json
 from otel_replay.cli import main as cli
-from otel_replay.normalize.content import DETAILS_EVENT
 from otel_replay.normalize.records import LogEvent, SpanRecord
 from otel_replay.store.ingest_parallel import (
     can_fork,
@@ -104,56 +103,3 @@ def test_worker_count():
     assert jobs_for(100, 50, 4) == 4
     assert jobs_for(100, 50, None) == 1  # automatic: small imports stay in-process
     assert 1 <= jobs_for(1_000_000, 100_000, 0) <= 8
-
-
-def _attrs(values: dict) -> list[dict]:
-    return [{"key": k, "value": {"stringValue": v}} for k, v in values.items()]
-
-
-@pytest.fixture(scope="module")
-def messy(tmp_path_factory):
-    """JSON lines with a bad line, a line that is no request, malformed spans in many traces, and
-    content log events that name their span, half of them without a trace id."""
-    spans, logs = [], []
-    for t in range(1, 41):
-        trace_id, span_id = f"{t:032x}", f"{t:016x}"
-        spans.append({"traceId": trace_id, "spanId": "bad" if t % 9 == 0 else span_id, "name": "chat m", "kind": 3,
-                      "startTimeUnixNano": str(1_700_000_000_000_000_000 + t), "endTimeUnixNano":
-                      str(1_700_000_001_000_000_000 + t), "attributes": _attrs({"gen_ai.operation.name": "chat",
-                                                                               "gen_ai.request.model": "m"})})
-        logs.append({"eventName": DETAILS_EVENT, "spanId": span_id, **({"traceId": trace_id} if t % 2 else {}),
-                     "timeUnixNano": str(1_700_000_000_500_000_000 + t), "attributes": _attrs({
-                         "gen_ai.input.messages": json.dumps([{"role": "user", "parts": [{"type": "text",
-                                                                                           "content": f"q{t}"}]}]),
-                         "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": [
-                             {"type": "text", "content": f"a{t}"}]}])})})
-    request = {"resourceSpans": [{"resource": {"attributes": _attrs({"service.name": "messy"})},
-                                  "scopeSpans": [{"scope": {"name": "x"}, "spans": spans[:20]}]},
-                                 {"resource": {"attributes": "not a list"}, "scopeSpans": []},
-                                 {"scopeSpans": [{"scope": {"name": "x"}, "spans": spans[20:]}]}]}
-    path = tmp_path_factory.mktemp("messy") / "messy.jsonl"
-    lines = [json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": logs}]}]}), "{not json",
-             json.dumps({"something": "else"}), json.dumps(request)]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def test_workers_that_decode_their_own_traces_report_and_store_what_one_process_does(tmp_path, messy):
-    one, three = tmp_path / "one", tmp_path / "three"
-    first, second = imp(one, "--jobs", "1", messy), imp(three, "--jobs", "3", messy)
-    assert first.exit_code == second.exit_code == 0, first.output + second.output
-    assert first.output == second.output  # counts, skipped records, their order and first locations
-    assert "skipped 7 records" in first.output and "messy.jsonl:2" in first.output
-    for sql in ("select * exclude (ingested_ns) from steps", "select * exclude (ingested_ns) from spans"):
-        assert table(one, sql) == table(three, sql), sql
-    steps = Store(three).sql("select count(*) as n, count(*) filter (where has_payload) as content from steps")
-    assert steps.to_pylist() == [{"n": 36, "content": 36}]  # every log event met its span, trace id or not
-    assert len({p.name.split("-")[-3] for p in (three / "step_rows").rglob("*.parquet")}) == 3  # three writers
-
-
-def test_a_file_that_is_no_request_is_the_same_error_with_workers(tmp_path):
-    path = tmp_path / "one.json"
-    path.write_text(json.dumps({"resourceSpans": "nope"}))
-    first, second = imp(tmp_path / "a", "--jobs", "1", path), imp(tmp_path / "b", "--jobs", "3", path)
-    assert first.exit_code == second.exit_code == 1
-    assert first.output == second.output and str(path) in first.output

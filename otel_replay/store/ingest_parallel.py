@@ -20,10 +20,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from otel_replay.normalize.bulk import paused_gc
 from otel_replay.normalize.pipeline import NormalizedSpan
 from otel_replay.normalize.privacy import DEFAULT_PRIVACY
-from otel_replay.normalize.records import LogEvent, SpanRecord, TracePart, partition_of
+from otel_replay.normalize.records import LogEvent, SpanRecord, partition_of
 from otel_replay.store.ingest import IngestResult, ingest
 from otel_replay.store.location import StoreLike
 
@@ -80,53 +79,6 @@ def split(spans: Sequence[SpanRecord], logs: Iterable[LogEvent], jobs: int) -> t
         part = owner.get(log.span_id or "")
         log_parts[partition_of(log.trace_id, jobs) if part is None else part].append(log)
     return span_parts, log_parts
-
-
-Decode = Callable[[TracePart | None], tuple[list[SpanRecord], list[LogEvent], Any]]
-"""Records of one part of the input (all of it for None), and what else the caller wants back."""
-
-@dataclass(slots=True)
-class _DecodeWork:
-    decode: Decode
-    jobs: int
-    root: StoreLike
-    source: str
-    skip_existing: bool
-    privacy: Callable[[NormalizedSpan], NormalizedSpan] | None
-
-
-_DECODE: _DecodeWork | None = None  # set in the parent just before the fork, as `_WORK`
-
-
-def _decode_part(index: int) -> tuple[Any, IngestResult]:
-    work = _DECODE
-    assert work is not None  # noqa: S101 - set before the pool forked this process
-    with paused_gc():
-        spans, logs, extra = work.decode((index, work.jobs))
-    return extra, ingest(work.root, spans, logs, source=work.source, skip_existing=work.skip_existing,
-                         privacy=work.privacy)
-
-
-def ingest_decoded(root: StoreLike, decode: Decode, records: int, *, source: str, skip_existing: bool = False,
-                   jobs: int | None = None,
-                   privacy: Callable[[NormalizedSpan], NormalizedSpan] | None = DEFAULT_PRIVACY,
-                   ) -> tuple[list[Any], IngestResult]:
-    """Like `ingest_parallel`, but each worker also decodes its own part (`decode(part)`) of input the
-    parent parsed before the fork, so decoding runs on every core too. `records`: about how many
-    spans there are (for `jobs_for`). Returns each part's `extra` and the merged result."""
-    global _DECODE
-    workers = jobs_for(records, records, jobs)
-    if workers <= 1:
-        with paused_gc():
-            spans, logs, extra = decode(None)
-        return [extra], ingest(root, spans, logs, source=source, skip_existing=skip_existing, privacy=privacy)
-    _DECODE = _DecodeWork(decode, workers, root, source, skip_existing, privacy)
-    try:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            done = list(pool.map(_decode_part, range(workers)))
-    finally:
-        _DECODE = None
-    return [extra for extra, _ in done], merge([result for _, result in done])
 
 
 def merge(results: Sequence[IngestResult]) -> IngestResult:

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from otel_replay.normalize.bulk import paused_gc
-from otel_replay.normalize.records import LogEvent, SpanRecord, TracePart, partition_of
+from otel_replay.normalize.records import LogEvent, SpanRecord
 from otel_replay.normalize.sources import (
     jaeger,
     langfuse_api,
@@ -184,93 +184,22 @@ def _whole(path: Path, where: str, error: SourceError) -> UnreadableFile:
 
 
 def read_otlp(path: Path) -> SourceBatch:
+    batch = SourceBatch(path, "otlp")
     data = content(path)
     if path.suffix in (".pb", ".binpb", ".proto") or _is_binary(data):
-        batch = SourceBatch(path, "otlp")
         _read_otlp_proto(path, data, batch)
         return batch
-    return decode_otlp_json(parse_otlp_json(path, data))
-
-
-@dataclass
-class ParsedOtlpJson:
-    """An OTLP/JSON file parsed but not yet decoded into records: import workers each decode the
-    traces of their part (`decode_otlp_json`) from one parse made before they forked."""
-
-    path: Path
-    docs: list[tuple[str, Any]]  # (location, request document)
-    skipped: list[tuple[str, str]]  # lines that are not JSON
-    single: bool  # the file is one request: a request-level error is the file's
-
-    def of_signal(self, logs: bool) -> ParsedOtlpJson:
-        """Only its logs requests (or only the others), without the parse's skipped lines."""
-        docs = [(where, doc) for where, doc in self.docs if _is_logs(doc) is logs]
-        return ParsedOtlpJson(self.path, docs, [], self.single)
-
-    def span_owners(self, parts: int) -> dict[str, int]:
-        """Span id -> the part of its trace (`partition_of`), read without decoding: for log events
-        that name their span but carry no trace id."""
-        owner: dict[str, int] = {}
-        for _, doc in self.docs:
-            for rs in _dicts(doc.get("resourceSpans") if isinstance(doc, Mapping) else None):
-                for ss in _dicts(rs.get("scopeSpans")):
-                    for span in _dicts(ss.get("spans")):
-                        trace_id, span_id = span.get("traceId"), span.get("spanId")
-                        if isinstance(trace_id, str) and isinstance(span_id, str):
-                            owner[span_id.lower()] = partition_of(trace_id.lower(), parts)
-        return owner
-
-    def span_count(self) -> int:
-        """Spans in its trace requests, uncounted where the shape is wrong (decoding reports those)."""
-        return sum(len(ss.get("spans") or ()) for _, doc in self.docs if isinstance(doc, Mapping)
-                   for rs in _dicts(doc.get("resourceSpans")) for ss in _dicts(rs.get("scopeSpans")))
-
-
-def _is_logs(doc: Any) -> bool:
-    return isinstance(doc, Mapping) and "resourceLogs" in doc
-
-
-def _dicts(value: Any) -> list[Mapping[str, Any]]:
-    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
-
-
-def parse_otlp_json(path: Path, data: bytes) -> ParsedOtlpJson:
-    docs, skipped = json_documents(path, data)
-    return ParsedOtlpJson(path, docs, skipped, single=len(docs) == 1)
-
-
-def read_otlp_parsed(path: Path) -> ParsedOtlpJson | SourceBatch:
-    """An OTLP file as `read("otlp", path)` reads it, except that OTLP/JSON is only parsed (its records
-    are decoded by `decode_otlp_json`, per part); protobuf is decoded whole. Raises `UnreadableFile`."""
-    try:
-        with paused_gc():
-            data = content(path)
-            if path.suffix in (".pb", ".binpb", ".proto") or _is_binary(data):
-                return read("otlp", path)
-            return parse_otlp_json(path, data)
-    except UnreadableFile:
-        raise
-    except SourceError as exc:
-        raise UnreadableFile(exc.reason, field=exc.field, file=exc.file or str(path), line=exc.line,
-                             record=exc.record) from None
-
-
-def decode_otlp_json(parsed: ParsedOtlpJson, part: TracePart | None = None) -> SourceBatch:
-    """Records of a parsed OTLP/JSON file (with `part`: only those of its traces, `partition_of`).
-
-    A request-level error is the file's (one request) or its line's, whatever the part, so each
-    part reports it alike; a record's error is reported by the part its trace id falls in."""
-    path = parsed.path
-    batch = SourceBatch(path, "otlp", skipped=list(parsed.skipped))
-    for where, doc in parsed.docs:
+    docs, batch.skipped = json_documents(path, data)
+    del data
+    for where, doc in docs:
         errors: list[tuple[str, str]] = []
         try:
-            if _is_logs(doc):
-                batch.logs += list(otlp_json.logs_from_request(doc, errors, part))
+            if isinstance(doc, Mapping) and "resourceLogs" in doc:
+                batch.logs += list(otlp_json.logs_from_request(doc, errors))
             else:
-                batch.spans += list(otlp_json.spans_from_request(doc, errors, part))
+                batch.spans += list(otlp_json.spans_from_request(doc, errors))
         except SourceError as exc:
-            if parsed.single:
+            if len(docs) == 1:
                 raise _whole(path, where, exc) from None
             batch.skip(exc, **_location(path, where))
         batch.skipped += [(f"{where} {record}", reason) for record, reason in errors]
