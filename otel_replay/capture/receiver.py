@@ -74,6 +74,7 @@ class OtlpReceiver:
     :param processor: the `ReplayProcessor` to feed instead of a new one on `store` (to size its
         queue, or to share it); `stop` shuts it down either way.
     :param workers: processes that decode and store (`receiver_workers`); 1: this process does.
+        Workers are spawned, so a script that starts them needs the usual `if __name__ == "__main__":`.
     :param processor_factory: with `workers` > 1, builds each worker's processor in the worker
         (picklable; default: `ReplayProcessor(store, yield_gil=False)`).
     """
