@@ -65,7 +65,7 @@ def worker_main(conn: Connection, index: int, count: int, factory: ProcessorFact
     processor = factory()
     # What a worker allocates dies young (a request's records, a batch's rows) and holds no cycles
     # worth chasing often: the start-up objects are frozen out of every collection and the youngest
-    # generation is collected 70x less often (measured ~5-10% of a worker's CPU at the default).
+    # generation is collected 70x less often than by default.
     gc.freeze()
     gc.set_threshold(WORKER_GC_THRESHOLD, 20, 100)
     conn.send(("ready",))
