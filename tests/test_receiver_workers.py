@@ -184,6 +184,13 @@ def test_a_factory_that_does_not_pickle_is_a_clear_error_and_frees_the_ports(tmp
     assert rx.workers is None
 
 
+def test_a_worker_that_cannot_make_its_processor_is_a_clear_error(tmp_path):
+    broken = functools.partial(ReplayProcessor, tmp_path, max_queue_spans=0)  # raises in the worker
+    rx = OtlpReceiver(tmp_path, http_port=0, grpc_port=0, workers=2, processor_factory=broken)
+    with pytest.raises(ReceiverError, match="worker 0 exited while starting"):
+        rx.start()
+
+
 def test_worker_counters_add_up():
     parts = [{"written_spans": 3, "skipped": {"a": 1}, "store_error": None},
              {"written_spans": 4, "skipped": {"a": 2, "b": 1}, "store_error": "disk full"}]

@@ -116,7 +116,12 @@ class _Worker:
     def wait_ready(self) -> None:
         if not self.conn.poll(START_TIMEOUT_S):
             raise RuntimeError(f"receiver worker {self.index} did not start within {START_TIMEOUT_S:g} s")
-        self.conn.recv()
+        try:
+            self.conn.recv()
+        except EOFError:  # its processor could not be made: the worker printed why on stderr
+            self.process.join(5)
+            raise RuntimeError(f"receiver worker {self.index} exited while starting (exit code "
+                               f"{self.process.exitcode}; its error is on stderr)") from None
 
     def ask(self, *request: Any, timeout_s: float | None = None) -> Any:
         """Send a request and return the worker's answer (its second field on "ok")."""
