@@ -228,9 +228,7 @@ class OtlpReceiver:
             if self._closing:
                 raise RequestError(503, grpc.StatusCode.UNAVAILABLE, "the receiver is shutting down", retry=True)
         got = self.workers.receive(signal, body, as_json)
-        if got.errors and not got.records:
-            raise RequestError(400, grpc.StatusCode.INVALID_ARGUMENT,
-                               f"every {NOUNS[signal]} is malformed: {summary(got.errors)}")
+        _refuse_if_all_malformed(signal, got.records, got.errors)
         # All or none, as in one process: a worker with no room for its share makes the whole request
         # a retry; the shares other workers took are stored twice, and read once (the views keep one
         # row per span).
@@ -248,9 +246,7 @@ class OtlpReceiver:
         Raises RequestError when nothing could be taken: every record malformed (400), the queue
         full (503) or the receiver stopping (503).
         """
-        if errors and not records:
-            raise RequestError(400, grpc.StatusCode.INVALID_ARGUMENT,
-                               f"every {NOUNS[signal]} is malformed: {summary(errors)}")
+        _refuse_if_all_malformed(signal, len(records), errors)
         with self._lock:
             if self._closing or self.processor is None:
                 raise RequestError(503, grpc.StatusCode.UNAVAILABLE, "the receiver is shutting down", retry=True)
@@ -277,6 +273,12 @@ class OtlpReceiver:
         if self.workers is not None:
             return self.workers.stats()
         return self.processor.stats if self.processor is not None else {}
+
+
+def _refuse_if_all_malformed(signal: str, records: int, errors: list[str]) -> None:
+    if errors and not records:
+        raise RequestError(400, grpc.StatusCode.INVALID_ARGUMENT,
+                           f"every {NOUNS[signal]} is malformed: {summary(errors)}")
 
 
 # -- gRPC --------------------------------------------------------------------------------------
