@@ -10,9 +10,9 @@ import click
 from otel_replay.cli.output import StoreCommand
 from otel_replay.cli.privacy import privacy_from, privacy_options
 from otel_replay.normalize.privacy import Privacy
-from otel_replay.normalize.sources.files import SourceBatch, UnreadableFile, read
+from otel_replay.normalize.sources.files import SourceBatch, UnreadableFile
+from otel_replay.store.import_files import import_files
 from otel_replay.store.ingest import IngestResult
-from otel_replay.store.ingest_parallel import ingest_parallel
 from otel_replay.trajectory import Store
 
 FORMATS = ("otlp", "langsmith", "langfuse", "jaeger", "whowhen", "auto")
@@ -46,18 +46,11 @@ def make_import(fmt: str) -> click.Command:
     def command(store: Store, paths: tuple[Path, ...], redact_rules: Path | None, no_redact: bool,
                 payloads: str, jobs: int) -> None:
         privacy = Privacy(*privacy_from(redact_rules, no_redact, payloads))
-        batches = []
-        for path in paths:
-            try:
-                batches.append(read(fmt, path))
-            except UnreadableFile as exc:
-                raise click.ClickException(str(exc)) from exc
-        spans = [s for b in batches for s in b.spans]
-        logs = [g for b in batches for g in b.logs]
-        source = "import:" + ",".join(sorted({b.format for b in batches}))
         store.root.ensure()
-        result = ingest_parallel(store.root, spans, logs, source=source, skip_existing=True, privacy=privacy,
-                                 jobs=jobs)
+        try:
+            batches, result = import_files(store.root, fmt, paths, jobs=jobs, privacy=privacy)
+        except UnreadableFile as exc:
+            raise click.ClickException(str(exc)) from exc
         _summary(batches, result)
 
     command.help = {

@@ -12,17 +12,21 @@ Needs the `fork` start method (Linux); elsewhere, and for small inputs, `ingest`
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import sys
+import traceback
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
 from typing import Any
 
+from otel_replay.normalize.bulk import paused_gc
 from otel_replay.normalize.pipeline import NormalizedSpan
 from otel_replay.normalize.privacy import DEFAULT_PRIVACY
-from otel_replay.normalize.records import LogEvent, SpanRecord, partition_of
+from otel_replay.normalize.records import LogEvent, SpanRecord, TracePart, partition_of
 from otel_replay.store.ingest import IngestResult, ingest
 from otel_replay.store.location import StoreLike
 
@@ -79,6 +83,70 @@ def split(spans: Sequence[SpanRecord], logs: Iterable[LogEvent], jobs: int) -> t
         part = owner.get(log.span_id or "")
         log_parts[partition_of(log.trace_id, jobs) if part is None else part].append(log)
     return span_parts, log_parts
+
+
+Decode = Callable[[TracePart], tuple[list[SpanRecord], list[LogEvent], Any]]
+"""One part's records of the input, read by the worker itself, and what the caller wants to see of
+it (e.g. the records it skipped) before anything is stored."""
+
+
+def ingest_decoded(root: StoreLike, decode: Decode, jobs: int, check: Callable[[list[Any]], None], *, source: str,
+                   skip_existing: bool = False,
+                   privacy: Callable[[NormalizedSpan], NormalizedSpan] | None = DEFAULT_PRIVACY,
+                   ) -> tuple[list[Any], IngestResult]:
+    """`ingest` on `jobs` forked workers, each of which also reads its own part of the input
+    (`decode((index, jobs))`), so reading runs on every core and each worker's records are its own
+    (no copy-on-write faults on the parent's). Two phases: when every part is decoded, `check`
+    sees their extras and may raise, and then nothing is stored; else each worker stores its part.
+    Returns the extras, in part order, and the merged result."""
+    ctx = multiprocessing.get_context("fork")
+    links = [ctx.Pipe() for _ in range(jobs)]
+    workers = [ctx.Process(target=_decode_then_ingest, daemon=True,
+                           args=(child, (i, jobs), decode, root, source, skip_existing, privacy))
+               for i, (_, child) in enumerate(links)]
+    for worker in workers:
+        worker.start()
+    for _, child in links:
+        child.close()
+    try:
+        extras = [_answer(conn, i, "decoded") for i, (conn, _) in enumerate(links)]
+        check(extras)
+        for conn, _ in links:
+            conn.send("store")
+        results = [_answer(conn, i, "stored") for i, (conn, _) in enumerate(links)]
+    finally:
+        for conn, _ in links:
+            with contextlib.suppress(OSError):
+                conn.close()  # a worker still waiting for its go-ahead ends without storing
+        for worker in workers:
+            worker.join()
+    return extras, merge(results)
+
+
+def _answer(conn: Connection, index: int, expected: str) -> Any:
+    try:
+        kind, value = conn.recv()
+    except EOFError:
+        raise RuntimeError(f"import worker {index} ended without an answer (killed, or out of memory?)") from None
+    if kind != expected:
+        raise RuntimeError(f"import worker {index} failed:\n{value}")
+    return value
+
+
+def _decode_then_ingest(conn: Connection, part: TracePart, decode: Decode, root: StoreLike, source: str,
+                        skip_existing: bool, privacy: Callable[[NormalizedSpan], NormalizedSpan] | None) -> None:
+    try:
+        with paused_gc():
+            spans, logs, extra = decode(part)
+        conn.send(("decoded", extra))
+        if conn.recv() != "store":
+            return
+        conn.send(("stored", ingest(root, spans, logs, source=source, skip_existing=skip_existing, privacy=privacy)))
+    except EOFError:
+        return  # the parent stopped the import (a check failed, or another part did)
+    except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
+        with contextlib.suppress(OSError):
+            conn.send(("failed", traceback.format_exc()))
 
 
 def merge(results: Sequence[IngestResult]) -> IngestResult:

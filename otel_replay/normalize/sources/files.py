@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ from typing import Any
 import orjson
 
 from otel_replay.normalize.bulk import paused_gc
-from otel_replay.normalize.records import LogEvent, SpanRecord
+from otel_replay.normalize.records import LogEvent, SpanRecord, TracePart
 from otel_replay.normalize.sources import (
     jaeger,
     langfuse_api,
@@ -118,11 +119,29 @@ def _json_error(exc: Exception) -> str:
     return f"invalid JSON: {str(exc)[:120]}"
 
 
+@dataclass(slots=True)
+class JsonDocuments:
+    """A JSON or JSON-lines file as documents: (location, document) each, the lines that are not
+    JSON, whether the file is one document, and how many lines a `keep` filter left unparsed."""
+
+    docs: list[tuple[str, Any]]
+    skipped: list[tuple[str, str]]
+    single: bool
+    unparsed: int = 0
+
+
 def json_documents(path: Path, data: bytes | None = None) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
     """[(location, document)] from a JSON file or a JSON-lines file; bad lines are skipped."""
+    found = read_json(path, data)
+    return found.docs, found.skipped
+
+
+def read_json(path: Path, data: bytes | None = None, keep: Callable[[bytes], bool] | None = None) -> JsonDocuments:
+    """`json_documents`, with whether the file is one document; for JSON lines, `keep` (if given)
+    says which lines to parse at all."""
     data = content(path) if data is None else data
     try:
-        return [(str(path), orjson.loads(data))], []  # strict, fast, checks UTF-8 and nesting (1024)
+        return JsonDocuments([(str(path), orjson.loads(data))], [], single=True)  # strict, fast, checks UTF-8, nesting
     except orjson.JSONDecodeError:
         pass  # the json module below reads NaN, big ints, JSON lines, and says where it failed
     try:
@@ -135,19 +154,22 @@ def json_documents(path: Path, data: bytes | None = None) -> tuple[list[tuple[st
             raise _unreadable(path, f"not UTF-8 text at byte {exc.start}") from None
     if text is not None:
         try:
-            return [(str(path), json.loads(text))], []
+            return JsonDocuments([(str(path), json.loads(text))], [], single=True)
         except (ValueError, RecursionError) as exc:
             extra = isinstance(exc, json.JSONDecodeError) and exc.msg == "Extra data"
             if not extra and sum(1 for ln in text.splitlines() if ln.strip()) <= 1:
                 raise _unreadable(path, _json_error(exc)) from None
-    return _json_lines(path, data)
+    return _json_lines(path, data, keep)
 
 
-def _json_lines(path: Path, data: bytes) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
-    docs: list[tuple[str, Any]] = []
-    skipped: list[tuple[str, str]] = []
+def _json_lines(path: Path, data: bytes, keep: Callable[[bytes], bool] | None) -> JsonDocuments:
+    found = JsonDocuments([], [], single=False)
+    docs, skipped = found.docs, found.skipped
     for number, line in enumerate(data.split(b"\n"), start=1):
         if not line.strip():
+            continue
+        if keep is not None and not keep(line):
+            found.unparsed += 1
             continue
         where = f"{path}:{number}"
         try:
@@ -161,10 +183,15 @@ def _json_lines(path: Path, data: bytes) -> tuple[list[tuple[str, Any]], list[tu
             skipped.append((where, f"not UTF-8 text at byte {exc.start}"))
         except (ValueError, RecursionError) as exc:
             skipped.append((where, _json_error(exc).replace(" at line 1 column", " at column")))
-    if not docs:
-        first = skipped[0][1] if skipped else "no JSON"
-        raise _unreadable(path, f"no line is valid JSON (first error: {first})")
-    return docs, skipped
+    if not docs and not found.unparsed:
+        raise no_valid_line(path, skipped)
+    return found
+
+
+def no_valid_line(path: Path, skipped: list[tuple[str, str]]) -> UnreadableFile:
+    """The error of a JSON-lines file none of whose lines is JSON (`skipped`: its lines, in order)."""
+    first = skipped[0][1] if skipped else "no JSON"
+    return _unreadable(path, f"no line is valid JSON (first error: {first})")
 
 
 def _location(path: Path, where: str) -> dict[str, Any]:
@@ -189,21 +216,62 @@ def read_otlp(path: Path) -> SourceBatch:
     if path.suffix in (".pb", ".binpb", ".proto") or _is_binary(data):
         _read_otlp_proto(path, data, batch)
         return batch
-    docs, batch.skipped = json_documents(path, data)
+    found = read_json(path, data)
     del data
-    for where, doc in docs:
+    _decode_otlp_json(path, found, batch, None)
+    return batch
+
+
+def otlp_json_traces(path: Path) -> bytes | None:
+    """The bytes of an OTLP/JSON file of trace requests only, which import workers can split by
+    trace (`read_otlp_part`); None for protobuf, or when it holds log records (a log event may name
+    its span without its trace). Raises `UnreadableFile`."""
+    if path.suffix in (".pb", ".binpb", ".proto"):
+        return None
+    data = content(path)
+    return None if _is_binary(data) or b'"resourceLogs"' in data else data
+
+
+def read_otlp_part(path: Path, data: bytes, part: TracePart) -> tuple[SourceBatch, int]:
+    """The spans of `part`'s traces in an OTLP/JSON trace file (`otlp_json_traces`), parsing only
+    the lines that can hold them, with the records skipped among those lines; and how many
+    documents it parsed (no part parsing any, the file has no valid line). Raises `UnreadableFile`
+    for a file that is one document and no request, as `read_otlp` does."""
+    def keep(line: bytes) -> bool:
+        named = otlp_json.trace_parts_named(line, part[1])
+        return named is None or part[0] in named
+
+    batch = SourceBatch(path, "otlp")
+    found = read_json(path, data, keep)
+    _decode_otlp_json(path, found, batch, part)
+    return batch, len(found.docs)
+
+
+def _decode_otlp_json(path: Path, found: JsonDocuments, batch: SourceBatch, part: TracePart | None) -> None:
+    """Records of every document (with `part`: spans of its traces); the skipped in file order."""
+    batch.skipped = list(found.skipped)
+    for where, doc in found.docs:
         errors: list[tuple[str, str]] = []
         try:
             if isinstance(doc, Mapping) and "resourceLogs" in doc:
                 batch.logs += list(otlp_json.logs_from_request(doc, errors))
             else:
-                batch.spans += list(otlp_json.spans_from_request(doc, errors))
+                batch.spans += list(otlp_json.spans_from_request(doc, errors, part))
         except SourceError as exc:
-            if len(docs) == 1:
+            if found.single:
                 raise _whole(path, where, exc) from None
             batch.skip(exc, **_location(path, where))
         batch.skipped += [(f"{where} {record}", reason) for record, reason in errors]
-    return batch
+    batch.skipped.sort(key=in_file_order)
+
+
+def in_file_order(entry: tuple[str, str]) -> tuple[int, ...]:
+    """A skipped record's place in its file (entries of one file): its line, then the indices of its
+    path in the document (`file:12 resourceSpans[0].scopeSpans[1].spans[7]`)."""
+    return tuple(int(n) for n in _PLACE.findall(entry[0]))
+
+
+_PLACE = re.compile(r"(?::|\[)(\d+)")
 
 
 def _read_otlp_proto(path: Path, data: bytes, batch: SourceBatch) -> None:

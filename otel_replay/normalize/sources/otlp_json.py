@@ -312,7 +312,8 @@ def spans_from_request(doc: Mapping[str, Any], errors: list[tuple[str, str]] | N
 
     With `errors`, a malformed span (or resource, or scope) is skipped and recorded as (its path
     in the document, reason); without, the first one raises its `SourceError`. With `part`, only
-    the spans of that part's traces (`partition_of`) are decoded.
+    the spans of that part's traces (`partition_of`) are decoded, and a span without a trace id
+    (always malformed) in every part: the caller reports each error once.
     """
     if not isinstance(doc, Mapping) or "resourceSpans" not in doc:
         raise OtlpFormatError("not an OTLP/JSON trace request: no 'resourceSpans' key")
@@ -333,8 +334,8 @@ def spans_from_request(doc: Mapping[str, Any], errors: list[tuple[str, str]] | N
                 continue
             fields = _scope_fields(scope, resource)
             for k, span in enumerate(spans):
-                if part is not None and partition_of(_trace_key(span), part[1]) != part[0]:
-                    continue
+                if part is not None and "traceId" in span and partition_of(_trace_key(span), part[1]) != part[0]:
+                    continue  # (a span with no trace id is only an error: every part reports it)
                 if fields is not None:
                     record = _fast_span(span, resource, *fields)
                     if record is not None:
@@ -344,6 +345,27 @@ def spans_from_request(doc: Mapping[str, Any], errors: list[tuple[str, str]] | N
                     yield span_from_otlp(span, resource, scope)
                 except SourceError as exc:
                     _skip(errors, exc, f"{where}.scopeSpans[{j}].spans[{k}]")
+
+
+_TRACE_ID_TEXT = re.compile(rb'"traceId"\s*:\s*"([0-9A-Za-z+/=]*)"')
+_ESCAPED_KEY_LETTER = re.compile(rb"\\u00(?:74|72|61|63|65|49|64)", re.IGNORECASE)  # t r a c e I d
+
+
+def trace_parts_named(line: bytes, parts: int) -> set[int] | None:
+    """The parts (`partition_of`) whose spans one JSON line of OTLP can hold, read from its text
+    without parsing it, so an import worker parses only the lines that hold its traces.
+
+    None when the text cannot tell, and every worker must parse the line: no trace id in it, a
+    trace id that is not a plain string, a key written with escapes, or log records (which may
+    name their span without a trace id). Extra parts (a link's trace, the word in some key) only
+    cost a parse; a part left out would lose spans, hence the counts must agree.
+    """
+    if b'"resourceLogs"' in line or _ESCAPED_KEY_LETTER.search(line):
+        return None
+    found = _TRACE_ID_TEXT.findall(line)
+    if not found or len(found) != line.count(b'"traceId"'):
+        return None
+    return {partition_of(trace_id.decode("ascii").lower(), parts) for trace_id in set(found)}
 
 
 def _trace_key(record: Mapping[str, Any]) -> str:

@@ -1,0 +1,103 @@
+"""Files into the store: what `otel-replay import` runs and `bench import` times.
+
+A file that cannot be read at all stores nothing. Large imports run on several cores, each worker
+taking whole traces (`partition_of`). OTLP/JSON trace files go further: each forked worker reads
+the file itself, parses only the lines that can hold its traces (`trace_parts_named`) and decodes
+only its spans, so nothing is read twice in one process or shared copy-on-write; the records it
+skipped are merged in file order. Other inputs are read here, then split (`ingest_parallel`).
+Either way the rows and the summary are those of one process.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from otel_replay.normalize.pipeline import NormalizedSpan
+from otel_replay.normalize.privacy import DEFAULT_PRIVACY
+from otel_replay.normalize.records import LogEvent, SpanRecord, TracePart
+from otel_replay.normalize.sources.files import (
+    SourceBatch,
+    in_file_order,
+    no_valid_line,
+    otlp_json_traces,
+    read,
+    read_otlp_part,
+)
+from otel_replay.store.ingest import IngestResult
+from otel_replay.store.ingest_parallel import (
+    MAX_AUTO_JOBS,
+    can_fork,
+    ingest_decoded,
+    ingest_parallel,
+)
+from otel_replay.store.location import StoreLike
+
+Privacy = Callable[[NormalizedSpan], NormalizedSpan] | None
+MIN_BYTES_PER_JOB = 4 << 20  # about 4,000 GenAI spans of OTLP/JSON: less, and a worker costs more than it saves
+
+
+def import_files(root: StoreLike, fmt: str, paths: Sequence[Path], *, jobs: int | None = 0,
+                 privacy: Privacy = DEFAULT_PRIVACY) -> tuple[list[SourceBatch], IngestResult]:
+    """Read and store `paths` in format `fmt` (`jobs`: worker processes, 0 or None for one per core);
+    returns what each file held (its skipped records; spans only when read here) and the result.
+    Raises `UnreadableFile` before anything is stored."""
+    if fmt == "otlp" and jobs != 1 and can_fork():
+        files = [(path, otlp_json_traces(path)) for path in paths]
+        workers = jobs_for_bytes(sum(len(data or b"") for _, data in files), jobs)
+        if workers > 1 and all(data is not None for _, data in files):
+            return _import_split_otlp_json(root, [(p, d) for p, d in files if d is not None], workers, privacy)
+        del files
+    batches = [read(fmt, path) for path in paths]
+    spans = [s for b in batches for s in b.spans]
+    logs = [g for b in batches for g in b.logs]
+    source = "import:" + ",".join(sorted({b.format for b in batches}))
+    return batches, ingest_parallel(root, spans, logs, source=source, skip_existing=True, privacy=privacy,
+                                    jobs=jobs)
+
+
+def jobs_for_bytes(size: int, requested: int | None = None) -> int:
+    """Workers for `size` bytes of OTLP/JSON: `requested`, else one per core (at most `MAX_AUTO_JOBS`)
+    and one per `MIN_BYTES_PER_JOB`."""
+    if not can_fork():
+        return 1
+    if requested:
+        return requested
+    return max(1, min(os.cpu_count() or 1, MAX_AUTO_JOBS, size // MIN_BYTES_PER_JOB))
+
+
+def _read_part(files: list[tuple[Path, bytes]], part: TracePart) -> tuple[list[SpanRecord], list[LogEvent], Any]:
+    """One worker's spans of every file; per file, (records skipped, documents parsed), or the
+    error of the first file that cannot be read (every part finds it alike)."""
+    spans: list[SpanRecord] = []
+    seen = []
+    for path, data in files:
+        try:
+            batch, parsed = read_otlp_part(path, data, part)
+        except Exception as exc:  # an UnreadableFile, re-raised by the parent as it came  # noqa: BLE001
+            return [], [], exc
+        spans += batch.spans
+        seen.append((batch.skipped, parsed))
+    return spans, [], seen
+
+
+def _import_split_otlp_json(root: StoreLike, files: list[tuple[Path, bytes]], workers: int,
+                            privacy: Privacy) -> tuple[list[SourceBatch], IngestResult]:
+    batches: list[SourceBatch] = []
+
+    def check(extras: list[Any]) -> None:
+        failed = next((extra for extra in extras if isinstance(extra, Exception)), None)
+        if failed is not None:
+            raise failed
+        for i, (path, _) in enumerate(files):  # a request's error came from each part that parsed it
+            skipped = sorted({entry for extra in extras for entry in extra[i][0]}, key=in_file_order)
+            if not any(extra[i][1] for extra in extras):
+                raise no_valid_line(path, skipped)
+            batches.append(SourceBatch(path, "otlp", skipped=skipped))
+
+    _, result = ingest_decoded(root, functools.partial(_read_part, files), workers, check, source="import:otlp",
+                               skip_existing=True, privacy=privacy)
+    return batches, result
