@@ -101,8 +101,10 @@ def ingest_decoded(root: StoreLike, decode: Decode, jobs: int, check: Callable[[
     Returns the extras, in part order, and the merged result."""
     ctx = multiprocessing.get_context("fork")
     links = [ctx.Pipe() for _ in range(jobs)]
+    ends = [end for link in links for end in link]
     workers = [ctx.Process(target=_decode_then_ingest, daemon=True,
-                           args=(child, (i, jobs), decode, root, source, skip_existing, privacy))
+                           args=(child, [end for end in ends if end is not child], (i, jobs), decode, root, source,
+                                 skip_existing, privacy))
                for i, (_, child) in enumerate(links)]
     for worker in workers:
         worker.start()
@@ -133,8 +135,11 @@ def _answer(conn: Connection, index: int, expected: str) -> Any:
     return value
 
 
-def _decode_then_ingest(conn: Connection, part: TracePart, decode: Decode, root: StoreLike, source: str,
-                        skip_existing: bool, privacy: Callable[[NormalizedSpan], NormalizedSpan] | None) -> None:
+def _decode_then_ingest(conn: Connection, inherited: list[Connection], part: TracePart, decode: Decode,
+                        root: StoreLike, source: str, skip_existing: bool,
+                        privacy: Callable[[NormalizedSpan], NormalizedSpan] | None) -> None:
+    for end in inherited:  # other workers' pipe ends, forked with this one: holding them would keep a dead
+        end.close()  # worker's pipe open (the parent would wait for ever) and hide the parent's close from others
     try:
         with paused_gc():
             spans, logs, extra = decode(part)

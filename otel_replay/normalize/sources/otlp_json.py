@@ -365,13 +365,20 @@ def trace_parts_named(line: bytes, parts: int) -> set[int] | None:
     found = _TRACE_ID_TEXT.findall(line)
     if not found or len(found) != line.count(b'"traceId"'):
         return None
-    return {partition_of(trace_id.decode("ascii").lower(), parts) for trace_id in set(found)}
+    return {partition_of(_trace_id_key(trace_id.decode("ascii")), parts) for trace_id in set(found)}
 
 
 def _trace_key(record: Mapping[str, Any]) -> str:
-    """A record's trace id as the decoder will spell it (lower-case hex), for `partition_of`."""
-    trace_id = record.get("traceId")
-    return trace_id.lower() if isinstance(trace_id, str) else ""
+    """A record's trace id as the decoder will spell it (lower-case hex), for `partition_of`: a trace
+    whose spans spell it differently (hex, upper case, base64, a number) stays whole in one part."""
+    return _trace_id_key(record.get("traceId"))
+
+
+def _trace_id_key(trace_id: Any) -> str:
+    try:
+        return hex_id(trace_id, 32, "traceId")
+    except SourceError:  # not an id: the span is malformed, and reported by the part of its text
+        return trace_id.lower() if isinstance(trace_id, str) else ""
 
 
 def _skip(errors: list[tuple[str, str]] | None, exc: SourceError, record: str) -> None:
