@@ -360,8 +360,10 @@ def trace_parts_named(line: bytes, parts: int) -> set[int] | None:
     name their span without a trace id). Extra parts (a link's trace, the word in some key) only
     cost a parse; a part left out would lose spans, hence the counts must agree.
     """
-    if b'"resourceLogs"' in line or _ESCAPED_KEY_LETTER.search(line):
+    if b'"resourceLogs"' in line:
         return None
+    if (b"\\u004" in line or b"\\u006" in line or b"\\u007" in line) and _ESCAPED_KEY_LETTER.search(line):
+        return None  # (the substring tests first: most lines escape no ASCII letter, many escape other text)
     found = _TRACE_ID_TEXT.findall(line)
     if not found or len(found) != line.count(b'"traceId"'):
         return None
