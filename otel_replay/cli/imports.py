@@ -41,7 +41,8 @@ def make_import(fmt: str) -> click.Command:
     @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
     @privacy_options
     @click.option("--jobs", "-j", type=click.IntRange(min=0), default=0, show_default=True,
-                  help="Worker processes for large imports (0: one per core, up to 8); each takes whole traces.")
+                  help="Worker processes for large imports (0: one per core, up to 8); each takes whole traces, "
+                       "and reads them itself from OTLP/JSON trace files.")
     @click.pass_obj
     def command(store: Store, paths: tuple[Path, ...], redact_rules: Path | None, no_redact: bool,
                 payloads: str, jobs: int) -> None:
