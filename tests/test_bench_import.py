@@ -11,7 +11,8 @@ from otel_replay.cli import main as cli
 def test_quick_import_bench_imports_every_format_completely():
     result = run_import_bench(quick=True)
     assert {r["format"] for r in result["rows"]} == {
-        "otlp (JSON lines), 1 process (default)", "otlp (JSON lines), 2 processes", "otlp (protobuf), 1 process",
+        "otlp (JSON lines), 1 process (default)", "otlp (JSON lines), 2 processes",
+        "otlp (JSON lines, 512-span batches across traces), 2 processes", "otlp (protobuf), 1 process",
         "jaeger, 1 process", "langsmith (runs JSON lines), 1 process"}
     for row in result["rows"]:
         assert row["steps"] == 3 * result["traces"] and row["skipped"] == 0

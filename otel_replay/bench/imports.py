@@ -93,6 +93,17 @@ def write_otlp_json(spans: list[dict[str, Any]], path: Path) -> None:
             out.write(json.dumps(otlp_request(spans[k:k + 4])) + "\n")
 
 
+def write_otlp_json_batches(spans: list[dict[str, Any]], path: Path, batch: int = 512, running: int = 64) -> None:
+    """Requests of `batch` spans each, from `running` traces at a time, each trace's spans spread
+    over the batches as they end: how a busy service's BatchSpanProcessor, and the Collector's file
+    exporter after it, write them (every line mixes many traces)."""
+    per_trace = STEPS_PER_TRACE + 1
+    order = sorted(range(len(spans)), key=lambda k: (k // (per_trace * running), k % per_trace, k))
+    with path.open("w") as out:
+        for k in range(0, len(order), batch):
+            out.write(json.dumps(otlp_request([spans[i] for i in order[k:k + batch]])) + "\n")
+
+
 def write_otlp_proto(spans: list[dict[str, Any]], path: Path) -> None:
     doc = otlp_request(spans)
     for span in doc["resourceSpans"][0]["scopeSpans"][0]["spans"]:
@@ -192,10 +203,11 @@ def run_import_bench(quick: bool = False) -> dict[str, Any]:
         runs = [(label, fmt, writer, 1) for label, (fmt, writer) in WRITERS.items()]
         parallel = jobs_for(len(spans), traces, max(default_jobs, 2))  # in quick mode too
         if parallel > 1:
-            runs.insert(1, ("otlp (JSON lines)", "otlp", write_otlp_json, parallel))
+            runs[1:1] = [("otlp (JSON lines)", "otlp", write_otlp_json, parallel),
+                         ("otlp (JSON lines, 512-span batches across traces)", "otlp", write_otlp_json_batches, parallel)]
         for name, fmt, writer, jobs in runs:
             label = f"{name}, {jobs} process{'es' if jobs > 1 else ''}"
-            if fmt == "otlp" and writer is write_otlp_json and jobs == default_jobs:
+            if writer in (write_otlp_json, write_otlp_json_batches) and jobs == default_jobs:
                 label += " (default)"
             path = work / ("input.pb" if "protobuf" in label else "input.json")
             writer(spans, path)
@@ -251,11 +263,13 @@ def format_import_table(result: dict[str, Any]) -> str:
         lines.append(f"| {r['format']} | {r['traces']:,} | {r['steps']:,} | {r['file_mb']:.1f} | {r['seconds']:.2f} | "
                      f"{r['steps_per_s']:,.0f} | {r['cpu_us_per_step']:.0f} | {r['parse_only_s']:.2f} | "
                      f"{r['ratio_to_parse']:.1f}x |")
-    otlp = next(r for r in result["rows"] if r["format"].startswith("otlp (JSON") and "(default)" in r["format"])
-    mark = "pass" if otlp["steps_per_s"] >= result["target_steps_per_s_otlp_json"] else "FAIL"
+    otlp = [r for r in result["rows"] if r["format"].startswith("otlp (JSON") and "(default)" in r["format"]]
+    slowest = min(r["steps_per_s"] for r in otlp)
+    mark = "pass" if slowest >= result["target_steps_per_s_otlp_json"] else "FAIL"
     lines.append("")
-    lines.append(f"Target: >= {result['target_steps_per_s_otlp_json']:,} steps/s for OTLP/JSON: "
-                 f"{otlp['steps_per_s']:,.0f} ({mark}).")
+    rates = " and ".join(f"{r['steps_per_s']:,.0f}" for r in otlp)
+    lines.append(f"Target: >= {result['target_steps_per_s_otlp_json']:,} steps/s for OTLP/JSON (the default, each "
+                 f"layout): {rates} ({mark}).")
     if result.get("stages"):
         stages = result["stages"]
         lines.append("Where one process spends it, CPU µs per OTLP/JSON step: " + ", ".join(
