@@ -17,11 +17,12 @@ from hypothesis import strategies as st
 from otel_replay import Store
 from otel_replay.bench.imports import _trace, otlp_request, write_otlp_json
 from otel_replay.cli import main as cli
+from otel_replay.normalize.content import DETAILS_EVENT
 from otel_replay.normalize.records import partition_of
 from otel_replay.normalize.sources.files import (
     UnreadableFile,
     in_file_order,
-    otlp_json_traces,
+    otlp_json_bytes,
     read,
     read_otlp_part,
 )
@@ -74,8 +75,25 @@ def _messy_lines() -> list[str]:
             {"key": "traceId", "value": {"stringValue": t[13]}}, {"key": "gen_ai.operation.name",
                                                                  "value": {"stringValue": "chat"}}]))),
         json.dumps(_request(_span(t[14], "0000000000000141", name="caf\u00e9 \u00b0C"))),  # \\u escapes elsewhere
+        json.dumps({"resourceLogs": [{"scopeLogs": [{"logRecords": [  # content events, as GenAI events mode writes
+            _log(f"{3:032x}", f"{9:016x}", "q3"),  # a plain trace's chat span (trace 3 = _trace(2))
+            _log(None, f"{13:016x}", "q4"),  # its span, no trace id: trace 4's chat span
+            _log(f"{5:032x}", f"{17:016x}", "q5 mismatched"),  # names trace 5, but the span is trace 5's? yes
+            _log(f"{6:032x}", f"{0xdead00:016x}", "no such span"),  # matches nothing: counted once
+            _log(f"{7:032x}", f"{9:016x}", "its span is in trace 3"),  # the span decides, not the trace id
+            _log(f"{8:032x}", "bad", "bad span id"),  # malformed: reported once
+        ]}]}]}),
     ]
     return lines
+
+
+def _log(trace_id, span_id, text) -> dict:
+    record = {"eventName": DETAILS_EVENT, "spanId": span_id, "timeUnixNano": "1767225600000000000",
+              "attributes": _attrs({"gen_ai.input.messages": json.dumps([{"role": "user", "parts": [
+                  {"type": "text", "content": text}]}])})}
+    if trace_id is not None:
+        record["traceId"] = trace_id
+    return record
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +115,7 @@ def _keys(spans) -> list[tuple[str, str]]:
 def test_the_parts_read_exactly_what_one_reader_reads(messy, parts):
     for path in messy:
         whole = read("otlp", path)
-        data = otlp_json_traces(path)
+        data = otlp_json_bytes(path)
         assert data is not None
         got = [read_otlp_part(path, data, (i, parts)) for i in range(parts)]
         assert _keys(s for batch, _ in got for s in batch.spans) == _keys(whole.spans)  # each span once
@@ -105,6 +123,7 @@ def test_the_parts_read_exactly_what_one_reader_reads(messy, parts):
             assert all(partition_of(s.trace_id, parts) == i for s in batch.spans)
         merged = sorted({entry for batch, _ in got for entry in batch.skipped}, key=in_file_order)
         assert merged == whole.skipped
+        assert all(batch.logs == whole.logs for batch, _ in got)  # every part has every log event, to pick from
     lines = messy[0].read_text().count("\n") - 1
     parsed = sum(n for _, n in got)
     assert parsed < 2 * lines  # each plain line parsed by one worker, not by all
@@ -119,6 +138,11 @@ def test_messy_files_import_the_same_with_workers(tmp_path, messy):
         outputs[jobs] = result.output
     assert outputs[1] == outputs[3]  # counts, skipped records, their order and first locations
     assert "messy.jsonl:41" in outputs[1] and "skipped" in outputs[1]
+    assert "1 log events matched no span" in outputs[1]  # the one naming no span, once
+    batches, _ = import_files(tmp_path / "again", "otlp", messy, jobs=3)
+    assert sum(where.endswith("logRecords[5]") for b in batches for where, _ in b.skipped) == 1  # the malformed one
+    content = "select span_id, has_payload from steps where has_payload order by span_id"
+    assert Store(tmp_path / "3").sql(content).to_pylist() == Store(tmp_path / "1").sql(content).to_pylist()
     for sql in ("select * exclude (ingested_ns) from steps", "select * exclude (ingested_ns) from spans"):
         one = sorted(map(str, Store(tmp_path / "1").sql(sql).to_pylist()))
         assert one == sorted(map(str, Store(tmp_path / "3").sql(sql).to_pylist())), sql
@@ -177,13 +201,10 @@ def test_a_document_of_the_wrong_shape_is_the_same_error_with_workers(tmp_path):
     assert first.output == second.output and str(path) in first.output
 
 
-def test_files_with_log_records_or_protobuf_are_read_by_the_parent(tmp_path):
-    logs = tmp_path / "logs.json"
-    logs.write_text(json.dumps({"resourceLogs": []}))
-    assert otlp_json_traces(logs) is None
+def test_protobuf_files_are_read_by_the_parent(tmp_path):
     proto = tmp_path / "x.pb"
     proto.write_bytes(b"\x0a\x00")
-    assert otlp_json_traces(proto) is None
+    assert otlp_json_bytes(proto) is None
     assert jobs_for_bytes(10, 3) == 3 and jobs_for_bytes(10) == 1  # small files stay in one process
     assert 1 <= jobs_for_bytes(1 << 30) <= 8
 

@@ -1,11 +1,12 @@
 """Files into the store: what `otel-replay import` runs and `bench import` times.
 
 A file that cannot be read at all stores nothing. Large imports run on several cores, each worker
-taking whole traces (`partition_of`). OTLP/JSON trace files go further: each forked worker reads
-the file itself, parses only the lines that can hold its traces (`trace_parts_named`) and decodes
-only its spans, so nothing is read twice in one process or shared copy-on-write; the records it
-skipped are merged in file order. Other inputs are read here, then split (`ingest_parallel`).
-Either way the rows and the summary are those of one process.
+taking whole traces (`partition_of`). OTLP/JSON files go further: each forked worker reads the
+files itself, parses only the lines that can hold its traces (`trace_parts_named`; lines of log
+records, every worker) and decodes only its spans; then the parent, seeing every part, tells each
+worker which log events are its own (those naming one of its spans, else those of its traces, as
+`split` assigns them) and merges the records skipped, in file order. Other inputs are read here,
+then split (`ingest_parallel`). Either way the rows and the summary are those of one process.
 """
 
 from __future__ import annotations
@@ -13,17 +14,18 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from otel_replay.normalize.pipeline import NormalizedSpan
 from otel_replay.normalize.privacy import DEFAULT_PRIVACY
-from otel_replay.normalize.records import LogEvent, SpanRecord, TracePart
+from otel_replay.normalize.records import LogEvent, SpanRecord, TracePart, partition_of
 from otel_replay.normalize.sources.files import (
     SourceBatch,
     in_file_order,
     no_valid_line,
-    otlp_json_traces,
+    otlp_json_bytes,
     read,
     read_otlp_part,
 )
@@ -46,7 +48,7 @@ def import_files(root: StoreLike, fmt: str, paths: Sequence[Path], *, jobs: int 
     returns what each file held (its skipped records; spans only when read here) and the result.
     Raises `UnreadableFile` before anything is stored."""
     if fmt == "otlp" and jobs != 1 and can_fork():
-        files = [(path, otlp_json_traces(path)) for path in paths]
+        files = [(path, otlp_json_bytes(path)) for path in paths]
         workers = jobs_for_bytes(sum(len(data or b"") for _, data in files), jobs)
         if workers > 1 and all(data is not None for _, data in files):
             return _import_split_otlp_json(root, [(p, d) for p, d in files if d is not None], workers, privacy)
@@ -69,10 +71,17 @@ def jobs_for_bytes(size: int, requested: int | None = None) -> int:
     return max(1, min(os.cpu_count() or 1, MAX_AUTO_JOBS, size // MIN_BYTES_PER_JOB))
 
 
+@dataclass(slots=True)
+class _PartRead:
+    files: list[tuple[list[tuple[str, str]], int]]  # per file: records skipped, documents parsed
+    claimed: set[str]  # span ids of this part's spans that some log event names
+
+
 def _read_part(files: list[tuple[Path, bytes]], part: TracePart) -> tuple[list[SpanRecord], list[LogEvent], Any]:
-    """One worker's spans of every file; per file, (records skipped, documents parsed), or the
-    error of the first file that cannot be read (every part finds it alike)."""
+    """One worker's spans and every log event of every file, and what the parent needs to see;
+    or the error of the first file that cannot be read (every part finds it alike)."""
     spans: list[SpanRecord] = []
+    logs: list[LogEvent] = []
     seen = []
     for path, data in files:
         try:
@@ -80,24 +89,35 @@ def _read_part(files: list[tuple[Path, bytes]], part: TracePart) -> tuple[list[S
         except Exception as exc:  # an UnreadableFile, re-raised by the parent as it came  # noqa: BLE001
             return [], [], exc
         spans += batch.spans
+        logs += batch.logs
         seen.append((batch.skipped, parsed))
-    return spans, [], seen
+    named = {log.span_id for log in logs if log.span_id}
+    return spans, logs, _PartRead(seen, {s.span_id for s in spans if s.span_id in named})
+
+
+def _own_logs(spans: list[SpanRecord], logs: list[LogEvent], owner: dict[str, int],
+              part: TracePart) -> tuple[list[SpanRecord], list[LogEvent]]:
+    """The log events of this part: those naming one of its spans, else those of its traces (`split`)."""
+    index, parts = part
+    return spans, [log for log in logs if owner.get(log.span_id or "", -1) == index
+                   or (log.span_id or "") not in owner and partition_of(log.trace_id, parts) == index]
 
 
 def _import_split_otlp_json(root: StoreLike, files: list[tuple[Path, bytes]], workers: int,
                             privacy: Privacy) -> tuple[list[SourceBatch], IngestResult]:
     batches: list[SourceBatch] = []
 
-    def check(extras: list[Any]) -> None:
+    def check(extras: list[Any]) -> dict[str, int]:
         failed = next((extra for extra in extras if isinstance(extra, Exception)), None)
         if failed is not None:
             raise failed
         for i, (path, _) in enumerate(files):  # a request's error came from each part that parsed it
-            skipped = sorted({entry for extra in extras for entry in extra[i][0]}, key=in_file_order)
-            if not any(extra[i][1] for extra in extras):
+            skipped = sorted({entry for extra in extras for entry in extra.files[i][0]}, key=in_file_order)
+            if not any(extra.files[i][1] for extra in extras):
                 raise no_valid_line(path, skipped)
             batches.append(SourceBatch(path, "otlp", skipped=skipped))
+        return {span_id: part for part, extra in enumerate(extras) for span_id in extra.claimed}
 
-    _, result = ingest_decoded(root, functools.partial(_read_part, files), workers, check, source="import:otlp",
-                               skip_existing=True, privacy=privacy)
+    _, result = ingest_decoded(root, functools.partial(_read_part, files), workers, check, finish=_own_logs,
+                               source="import:otlp", skip_existing=True, privacy=privacy)
     return batches, result

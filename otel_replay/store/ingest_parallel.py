@@ -90,21 +90,31 @@ Decode = Callable[[TracePart], tuple[list[SpanRecord], list[LogEvent], Any]]
 it (e.g. the records it skipped) before anything is stored."""
 
 
-def ingest_decoded(root: StoreLike, decode: Decode, jobs: int, check: Callable[[list[Any]], None], *, source: str,
-                   skip_existing: bool = False,
+Finish = Callable[[list[SpanRecord], list[LogEvent], Any, TracePart], tuple[list[SpanRecord], list[LogEvent]]]
+"""A worker's records as it stores them, given what `check` answered (e.g. which log events are its own)."""
+
+
+def _as_decoded(spans: list[SpanRecord], logs: list[LogEvent], answer: Any,
+                part: TracePart) -> tuple[list[SpanRecord], list[LogEvent]]:
+    return spans, logs
+
+
+def ingest_decoded(root: StoreLike, decode: Decode, jobs: int, check: Callable[[list[Any]], Any], *, source: str,
+                   finish: Finish = _as_decoded, skip_existing: bool = False,
                    privacy: Callable[[NormalizedSpan], NormalizedSpan] | None = DEFAULT_PRIVACY,
                    ) -> tuple[list[Any], IngestResult]:
     """`ingest` on `jobs` forked workers, each of which also reads its own part of the input
     (`decode((index, jobs))`), so reading runs on every core and each worker's records are its own
     (no copy-on-write faults on the parent's). Two phases: when every part is decoded, `check`
-    sees their extras and may raise, and then nothing is stored; else each worker stores its part.
-    Returns the extras, in part order, and the merged result."""
+    sees their extras and may raise, and then nothing is stored; else its answer goes to every
+    worker, which stores `finish(spans, logs, answer, part)`. Returns the extras, in part order,
+    and the merged result."""
     ctx = multiprocessing.get_context("fork")
     links = [ctx.Pipe() for _ in range(jobs)]
     ends = [end for link in links for end in link]
     workers = [ctx.Process(target=_decode_then_ingest, daemon=True,
-                           args=(child, [end for end in ends if end is not child], (i, jobs), decode, root, source,
-                                 skip_existing, privacy))
+                           args=(child, [end for end in ends if end is not child], (i, jobs), decode, finish, root,
+                                 source, skip_existing, privacy))
                for i, (_, child) in enumerate(links)]
     for worker in workers:
         worker.start()
@@ -112,9 +122,9 @@ def ingest_decoded(root: StoreLike, decode: Decode, jobs: int, check: Callable[[
         child.close()
     try:
         extras = [_answer(conn, i, "decoded") for i, (conn, _) in enumerate(links)]
-        check(extras)
+        answer = check(extras)
         for conn, _ in links:
-            conn.send("store")
+            conn.send(("store", answer))
         results = [_answer(conn, i, "stored") for i, (conn, _) in enumerate(links)]
     finally:
         for conn, _ in links:
@@ -136,7 +146,7 @@ def _answer(conn: Connection, index: int, expected: str) -> Any:
 
 
 def _decode_then_ingest(conn: Connection, inherited: list[Connection], part: TracePart, decode: Decode,
-                        root: StoreLike, source: str, skip_existing: bool,
+                        finish: Finish, root: StoreLike, source: str, skip_existing: bool,
                         privacy: Callable[[NormalizedSpan], NormalizedSpan] | None) -> None:
     for end in inherited:  # other workers' pipe ends, forked with this one: holding them would keep a dead
         end.close()  # worker's pipe open (the parent would wait for ever) and hide the parent's close from others
@@ -144,8 +154,10 @@ def _decode_then_ingest(conn: Connection, inherited: list[Connection], part: Tra
         with paused_gc():
             spans, logs, extra = decode(part)
         conn.send(("decoded", extra))
-        if conn.recv() != "store":
+        go, answer = conn.recv()
+        if go != "store":
             return
+        spans, logs = finish(spans, logs, answer, part)
         conn.send(("stored", ingest(root, spans, logs, source=source, skip_existing=skip_existing, privacy=privacy)))
     except EOFError:
         return  # the parent stopped the import (a check failed, or another part did)

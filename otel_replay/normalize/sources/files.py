@@ -222,19 +222,19 @@ def read_otlp(path: Path) -> SourceBatch:
     return batch
 
 
-def otlp_json_traces(path: Path) -> bytes | None:
-    """The bytes of an OTLP/JSON file of trace requests only, which import workers can split by
-    trace (`read_otlp_part`); None for protobuf, or when it holds log records (a log event may name
-    its span without its trace). Raises `UnreadableFile`."""
+def otlp_json_bytes(path: Path) -> bytes | None:
+    """The bytes of an OTLP/JSON file, which import workers can split by trace (`read_otlp_part`);
+    None for protobuf. Raises `UnreadableFile`."""
     if path.suffix in (".pb", ".binpb", ".proto"):
         return None
     data = content(path)
-    return None if _is_binary(data) or b'"resourceLogs"' in data else data
+    return None if _is_binary(data) else data
 
 
 def read_otlp_part(path: Path, data: bytes, part: TracePart) -> tuple[SourceBatch, int]:
-    """The spans of `part`'s traces in an OTLP/JSON trace file (`otlp_json_traces`), parsing only
-    the lines that can hold them, with the records skipped among those lines; and how many
+    """The spans of `part`'s traces in an OTLP/JSON file (`otlp_json_bytes`), and every log
+    record (the caller picks its own: a log event may name its span without its trace), parsing
+    only the lines that can hold them, with the records skipped among those lines; and how many
     documents it parsed (no part parsing any, the file has no valid line). Raises `UnreadableFile`
     for a file that is one document and no request, as `read_otlp` does."""
     def keep(line: bytes) -> bool:
