@@ -217,6 +217,12 @@ def same(fast, exact, value):
 @example({"role": "user", "parts": [{"type": "text", "content": 'say {"api_key": "abcdef123456"} now'}]})
 @example({"coo\u212aie": "x", "n": 1})
 @example({"q": "a\ud800b sk-proj-abcdefghijklmnopqrstuvwx"})  # a lone surrogate: not JSON, walked
+# small JSON tool results (JSON in a string, gated as any text below 1 KB) with a secret of each kind
+@example({"response": json.dumps({"api_key": "abcdef123456", "city": "Paris"})})
+@example({"response": json.dumps({"card": "4111 1111 1111 1111", "n": 5})})
+@example({"response": json.dumps({"auth": "Bearer abcdef.ghijkl", "to": "ann@example.org"})})
+@example({"response": json.dumps({"k": "sk-proj-abcdefghijklmnopqrstuvwx", "x": "ghp_" + "a1" * 18})})
+@example({"response": json.dumps({"password": "hunter2hunter2"}), "id": "call_1"})
 def test_json_values_redact_exactly_as_the_exact_path(value):
     same(FAST.value(value), EXACT.value(value), value)
     if isinstance(value, dict):

@@ -347,8 +347,8 @@ def spans_from_request(doc: Mapping[str, Any], errors: list[tuple[str, str]] | N
                     _skip(errors, exc, f"{where}.scopeSpans[{j}].spans[{k}]")
 
 
-_TRACE_ID_TEXT = re.compile(rb'"traceId"\s*:\s*"([0-9A-Za-z+/=]*)"')
-_ESCAPED_KEY_LETTER = re.compile(rb"\\u00(?:74|72|61|63|65|49|64)", re.IGNORECASE)  # t r a c e I d
+_TRACE_ID_TEXT = re.compile(rb'"traceId"(\s*:\s*"([0-9A-Za-z+/=]*)")?')  # every "traceId"; group 1 when a plain string
+_ESCAPED_KEY_LETTER = re.compile(rb"\\u00(?:74|72|61|63|65|49|64)")  # t r a c e I d (JSON escapes with a lower-case u)
 
 
 def trace_parts_named(line: bytes, parts: int) -> set[int] | None:
@@ -358,16 +358,16 @@ def trace_parts_named(line: bytes, parts: int) -> set[int] | None:
     None when the text cannot tell, and every worker must parse the line: no trace id in it, a
     trace id that is not a plain string, a key written with escapes, or log records (which may
     name their span without a trace id). Extra parts (a link's trace, the word in some key) only
-    cost a parse; a part left out would lose spans, hence the counts must agree.
+    cost a parse; a part left out would lose spans, hence every "traceId" must be a plain string.
     """
     if b'"resourceLogs"' in line:
         return None
-    if (b"\\u004" in line or b"\\u006" in line or b"\\u007" in line) and _ESCAPED_KEY_LETTER.search(line):
-        return None  # (the substring tests first: most lines escape no ASCII letter, many escape other text)
-    found = _TRACE_ID_TEXT.findall(line)
-    if not found or len(found) != line.count(b'"traceId"'):
+    if _ESCAPED_KEY_LETTER.search(line):  # (faster alone than after a substring test for its prefix)
         return None
-    return {partition_of(_trace_id_key(trace_id.decode("ascii")), parts) for trace_id in set(found)}
+    found = _TRACE_ID_TEXT.findall(line)
+    if not found or not all(string for string, _ in found):
+        return None
+    return {partition_of(_trace_id_key(trace_id.decode("ascii")), parts) for _, trace_id in set(found)}
 
 
 def _trace_key(record: Mapping[str, Any]) -> str:
