@@ -149,7 +149,8 @@ def test_the_proto_fast_path_reads_a_span_exactly_as_the_general_path_or_defers(
     assert fields == ("bench", "1")
     fast = _fast_span(span, RESOURCE, *fields)
     if fast is not None:
-        assert general(span) == fast
+        slow = general(span)
+        assert slow == fast or repr(slow) == repr(fast)  # (repr: a NaN attribute equals no float, itself included)
 
 
 def test_the_fast_path_takes_sdk_spans_and_every_fixture_span_reads_the_same():

@@ -21,6 +21,7 @@ from otel_replay.normalize.content import DETAILS_EVENT
 from otel_replay.normalize.records import partition_of
 from otel_replay.normalize.sources.files import (
     UnreadableFile,
+    _lines,
     in_file_order,
     otlp_json_bytes,
     read,
@@ -179,6 +180,11 @@ def test_screening_never_hides_a_span_from_its_worker(tmp_path, spans, parts, sp
     got = [read_otlp_part(path, path.read_bytes(), (i, parts)) for i in range(parts)]
     assert _keys(s for batch, _ in got for s in batch.spans) == _keys(whole.spans)
     assert sorted({e for batch, _ in got for e in batch.skipped}, key=in_file_order) == whole.skipped
+
+
+@given(st.lists(st.sampled_from([b"", b"\n", b"{}", b'{"a": 1}', b" ", b"\r", b"x"]), max_size=12).map(b"".join))
+def test_lines_are_read_one_at_a_time_as_split_cuts_them(data):
+    assert list(_lines(data)) == data.split(b"\n")
 
 
 def test_a_file_with_no_valid_line_stores_nothing_of_any_file(tmp_path):

@@ -11,18 +11,21 @@ content as it came.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from otel_replay.normalize.bulk import paused_gc
-from otel_replay.normalize.pipeline import NormalizedSpan, normalize_spans
+from otel_replay.normalize.pipeline import NormalizedSpan, join_logs, normalize_span
 from otel_replay.normalize.privacy import DEFAULT_PRIVACY
 from otel_replay.normalize.records import LogEvent, SpanRecord
 from otel_replay.store.catalog import Catalog
 from otel_replay.store.location import StoreLike, StoreLocation
 from otel_replay.store.rows import RowBatch, RowBuilder
-from otel_replay.store.writer import write_batch
+from otel_replay.store.writer import ArrowParts
+
+CHUNK_SPANS = 2048  # spans taken to rows and on to Arrow at a time: their dicts and records die young, their pages reused
 
 
 @dataclass(slots=True)
@@ -60,16 +63,22 @@ def _ingest(root: StoreLike, spans: Sequence[SpanRecord], logs: Iterable[LogEven
         fresh = [s for s in spans if (s.trace_id, s.span_id) not in known]
         result.already_stored = len(spans) - len(fresh)
         spans = fresh
-    normalized, unmatched = normalize_spans(spans, logs)
-    if privacy is not None:
-        normalized = [privacy(n) for n in normalized]
-    batch = RowBatch()
-    RowBuilder(source=source).add_all(batch, normalized)
-    result.spans = len(normalized)
-    result.steps = sum(1 for n in normalized if n.step is not None)
-    result.redacted_steps = sum(1 for n in normalized if n.step is not None and n.step.redacted)
-    result.problems = [f"span {n.span.span_id}: {p}" for n in normalized for p in n.problems]
+    grouped, unmatched = join_logs(spans, logs)
+    builder, parts, now = RowBuilder(source=source), ArrowParts(), time.time_ns()
+    for start in range(0, len(spans), CHUNK_SPANS):
+        batch = RowBatch()
+        for span in spans[start:start + CHUNK_SPANS]:
+            item = normalize_span(span, grouped.get(span.span_id, ()))
+            if privacy is not None:
+                item = privacy(item)
+            builder.add(batch, item, now)
+            if item.step is not None:
+                result.steps += 1
+                result.redacted_steps += bool(item.step.redacted)
+            result.problems += [f"span {span.span_id}: {p}" for p in item.problems]
+        parts.take(batch)
+    result.spans = len(spans)
     result.unmatched_logs = len(unmatched)
-    if normalized:
-        result.segments = write_batch(root, batch)
+    if spans:
+        result.segments = parts.write(root)
     return result

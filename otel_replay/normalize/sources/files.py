@@ -10,11 +10,12 @@ orjson's transient second copy of each string it parses).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,7 @@ class JsonDocuments:
     skipped: list[tuple[str, str]]
     single: bool
     unparsed: int = 0
+    handed: int = 0  # JSON-lines documents given to an `each` callback instead of kept in `docs`
 
 
 def json_documents(path: Path, data: bytes | None = None) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
@@ -136,14 +138,18 @@ def json_documents(path: Path, data: bytes | None = None) -> tuple[list[tuple[st
     return found.docs, found.skipped
 
 
-def read_json(path: Path, data: bytes | None = None, keep: Callable[[bytes], bool] | None = None) -> JsonDocuments:
+def read_json(path: Path, data: bytes | None = None, keep: Callable[[bytes], bool] | None = None,
+              each: Callable[[str, Any], None] | None = None) -> JsonDocuments:
     """`json_documents`, with whether the file is one document; for JSON lines, `keep` (if given)
-    says which lines to parse at all."""
+    says which lines to parse at all, and `each` (if given) takes each document as it is parsed,
+    so a large file's documents are not all alive at once (they stay out of `docs`)."""
     data = content(path) if data is None else data
     try:
         return JsonDocuments([(str(path), orjson.loads(data))], [], single=True)  # strict, fast, checks UTF-8, nesting
-    except orjson.JSONDecodeError:
-        pass  # the json module below reads NaN, big ints, JSON lines, and says where it failed
+    except orjson.JSONDecodeError as exc:
+        if exc.msg == "unexpected content after document":  # a whole first document, then more: JSON lines
+            return _json_lines(path, data, keep, each)
+        # else the json module below reads NaN, big ints, JSON lines, and says where it failed
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -159,13 +165,22 @@ def read_json(path: Path, data: bytes | None = None, keep: Callable[[bytes], boo
             extra = isinstance(exc, json.JSONDecodeError) and exc.msg == "Extra data"
             if not extra and sum(1 for ln in text.splitlines() if ln.strip()) <= 1:
                 raise _unreadable(path, _json_error(exc)) from None
-    return _json_lines(path, data, keep)
+    return _json_lines(path, data, keep, each)
 
 
-def _json_lines(path: Path, data: bytes, keep: Callable[[bytes], bool] | None) -> JsonDocuments:
+def _json_lines(path: Path, data: bytes, keep: Callable[[bytes], bool] | None,
+                each: Callable[[str, Any], None] | None) -> JsonDocuments:
     found = JsonDocuments([], [], single=False)
-    docs, skipped = found.docs, found.skipped
-    for number, line in enumerate(data.split(b"\n"), start=1):
+    skipped = found.skipped
+
+    def take(where: str, doc: Any) -> None:
+        if each is None:
+            found.docs.append((where, doc))
+        else:
+            found.handed += 1
+            each(where, doc)
+
+    for number, line in enumerate(_lines(data), start=1):
         if not line.strip():
             continue
         if keep is not None and not keep(line):
@@ -173,19 +188,31 @@ def _json_lines(path: Path, data: bytes, keep: Callable[[bytes], bool] | None) -
             continue
         where = f"{path}:{number}"
         try:
-            docs.append((where, orjson.loads(line)))
-            continue
+            doc = orjson.loads(line)
         except orjson.JSONDecodeError:
-            pass
-        try:
-            docs.append((where, json.loads(line.decode("utf-8"))))
-        except UnicodeDecodeError as exc:
-            skipped.append((where, f"not UTF-8 text at byte {exc.start}"))
-        except (ValueError, RecursionError) as exc:
-            skipped.append((where, _json_error(exc).replace(" at line 1 column", " at column")))
-    if not docs and not found.unparsed:
+            try:
+                doc = json.loads(line.decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                skipped.append((where, f"not UTF-8 text at byte {exc.start}"))
+                continue
+            except (ValueError, RecursionError) as exc:
+                skipped.append((where, _json_error(exc).replace(" at line 1 column", " at column")))
+                continue
+        take(where, doc)
+    if not found.docs and not found.handed and not found.unparsed:
         raise no_valid_line(path, skipped)
     return found
+
+
+def _lines(data: bytes) -> Iterator[bytes]:
+    """`data.split(b"\\n")`, one line at a time: a large file's lines all copied at once would double
+    what it holds in memory (and fault in as many fresh pages)."""
+    start = 0
+    end = data.find(b"\n")
+    while end >= 0:
+        yield data[start:end]
+        start, end = end + 1, data.find(b"\n", end + 1)
+    yield data[start:]
 
 
 def no_valid_line(path: Path, skipped: list[tuple[str, str]]) -> UnreadableFile:
@@ -216,9 +243,7 @@ def read_otlp(path: Path) -> SourceBatch:
     if path.suffix in (".pb", ".binpb", ".proto") or _is_binary(data):
         _read_otlp_proto(path, data, batch)
         return batch
-    found = read_json(path, data)
-    del data
-    _decode_otlp_json(path, found, batch, None)
+    _read_otlp_json(path, data, batch, None)
     return batch
 
 
@@ -242,27 +267,34 @@ def read_otlp_part(path: Path, data: bytes, part: TracePart) -> tuple[SourceBatc
         return named is None or part[0] in named
 
     batch = SourceBatch(path, "otlp")
-    found = read_json(path, data, keep)
-    _decode_otlp_json(path, found, batch, part)
-    return batch, len(found.docs)
+    found = _read_otlp_json(path, data, batch, part, keep)
+    return batch, len(found.docs) + found.handed
 
 
-def _decode_otlp_json(path: Path, found: JsonDocuments, batch: SourceBatch, part: TracePart | None) -> None:
-    """Records of every document (with `part`: spans of its traces); the skipped in file order."""
-    batch.skipped = list(found.skipped)
+def _read_otlp_json(path: Path, data: bytes, batch: SourceBatch, part: TracePart | None,
+                    keep: Callable[[bytes], bool] | None = None) -> JsonDocuments:
+    """Records of every document (with `part`: spans of its traces), each JSON line decoded as it
+    is parsed; the skipped in file order."""
+    found = read_json(path, data, keep, functools.partial(_decode_otlp_doc, path, batch, part, False))
     for where, doc in found.docs:
-        errors: list[tuple[str, str]] = []
-        try:
-            if isinstance(doc, Mapping) and "resourceLogs" in doc:
-                batch.logs += list(otlp_json.logs_from_request(doc, errors))
-            else:
-                batch.spans += list(otlp_json.spans_from_request(doc, errors, part))
-        except SourceError as exc:
-            if found.single:
-                raise _whole(path, where, exc) from None
-            batch.skip(exc, **_location(path, where))
-        batch.skipped += [(f"{where} {record}", reason) for record, reason in errors]
-    batch.skipped.sort(key=in_file_order)
+        _decode_otlp_doc(path, batch, part, found.single, where, doc)
+    batch.skipped = sorted(found.skipped + batch.skipped, key=in_file_order)
+    return found
+
+
+def _decode_otlp_doc(path: Path, batch: SourceBatch, part: TracePart | None, single: bool, where: str,
+                     doc: Any) -> None:
+    errors: list[tuple[str, str]] = []
+    try:
+        if isinstance(doc, Mapping) and "resourceLogs" in doc:
+            batch.logs += list(otlp_json.logs_from_request(doc, errors))
+        else:
+            batch.spans += list(otlp_json.spans_from_request(doc, errors, part))
+    except SourceError as exc:
+        if single:
+            raise _whole(path, where, exc) from None
+        batch.skip(exc, **_location(path, where))
+    batch.skipped += [(f"{where} {record}", reason) for record, reason in errors]
 
 
 def in_file_order(entry: tuple[str, str]) -> tuple[int, ...]:
