@@ -232,6 +232,7 @@ def test_importing_twice_stores_nothing_twice(tmp_path):
     (b'{"hello": "world"}', "cannot tell the format"),
     (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
     (b"\xff\xfe garbage", "not an OTLP protobuf request"),
+    (b"trace_id,span_id\nab,cd\n", "neither OTLP/JSON (it starts with 't', not '{' or '[') nor OTLP protobuf"),
 ])
 def test_unreadable_files_give_a_clear_error_and_store_nothing(tmp_path, content, message):
     bad = tmp_path / "bad.json"

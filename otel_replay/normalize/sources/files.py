@@ -324,7 +324,22 @@ def _read_otlp_proto(path: Path, data: bytes, batch: SourceBatch) -> None:
             return
         if errors:
             first_error = first_error or f"{errors[0][0]}: {errors[0][1]}"
+    if path.suffix not in (".pb", ".binpb", ".proto") and _looks_like_text(data):  # neither JSON nor protobuf
+        first = data.lstrip()[:1].decode("utf-8", "replace")
+        raise _unreadable(path, f"neither OTLP/JSON (it starts with {first!r}, not '{{' or '[') nor OTLP protobuf")
     raise _unreadable(path, f"not an OTLP protobuf request ({first_error or 'it holds no spans or log records'})")
+
+
+def _looks_like_text(data: bytes) -> bool:
+    """Printable UTF-8 in its first KB (protobuf starts with a field tag byte, and holds control bytes)."""
+    head = data[:1024]
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(head) - 3:  # (a character cut at the end of the window is fine)
+            return False
+        text = head[:exc.start].decode("utf-8")
+    return all(c.isprintable() or c in "\t\r\n" for c in text)
 
 
 def read_langsmith(path: Path) -> SourceBatch:
