@@ -193,7 +193,7 @@ def test_jaeger_json(tmp_path):
     assert imp(tmp_path / "ref", "otlp", FIXTURES / "otel" / "openai-v2_span_only.otlp.json").exit_code == 0
     query = "select trace_id, span_id, kind, name, status, error_type, input_hashes, output_hashes from steps order by 1, 2"
     assert Store(tmp_path / "store").sql(query).to_pylist() == Store(tmp_path / "ref").sql(query).to_pylist()
-    assert "auto" and imp(tmp_path / "auto", "auto", tmp_path / "jaeger.json").exit_code == 0
+    assert imp(tmp_path / "auto", "auto", tmp_path / "jaeger.json").exit_code == 0
 
 
 @pytest.mark.skipif(not WHOWHEN.exists(), reason="Who&When dataset not found")
@@ -268,3 +268,16 @@ def test_malformed_records_are_skipped_with_their_location(tmp_path):
     assert "resourceSpans[0].scopeSpans[0].spans[0]" in result.output  # the bad id, by path
     assert "traceId" in result.output
     assert Store(tmp_path / "store").sql("select count(*) n from steps where name = 'chat'").column("n")[0].as_py() == 1
+
+
+def test_a_file_whose_every_record_is_skipped_exits_non_zero(tmp_path):
+    path = tmp_path / "all-bad.jsonl"
+    path.write_text('{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz", "spanId": "cd"}]}]}]}\n{truncated\n')
+    result = imp(tmp_path / "store", "otlp", path)
+    assert result.exit_code == 1, result.output
+    assert "skipped 2 records" in result.output and f"{path}:2" in result.output
+    assert "nothing imported: all 2 records read were skipped" in result.output
+    assert not list((tmp_path / "store").glob("**/*.parquet"))
+    empty = tmp_path / "empty-request.json"  # a valid export that holds nothing is not an error
+    empty.write_text('{"resourceSpans": []}')
+    assert imp(tmp_path / "store", "otlp", empty).exit_code == 0

@@ -18,7 +18,8 @@ from otel_replay.trajectory import Store
 FORMATS = ("otlp", "langsmith", "langfuse", "jaeger", "whowhen", "auto")
 
 
-def _summary(batches: list[SourceBatch], result: IngestResult) -> None:
+def _summary(batches: list[SourceBatch], result: IngestResult) -> int:
+    """Print what was stored and skipped; returns how many records were skipped."""
     stored, already, steps, problems, unmatched = (result.spans, result.already_stored, result.steps,
                                                    result.problems, result.unmatched_logs)
     click.echo(f"imported {result.traces} traces: {stored} spans stored ({steps} steps), {already} already in the store")
@@ -34,6 +35,7 @@ def _summary(batches: list[SourceBatch], result: IngestResult) -> None:
         click.echo(f"  stored without payload: {problem}")
     if unmatched:
         click.echo(f"{unmatched} log events matched no span of this import; import them with their trace file")
+    return len(skipped)
 
 
 def make_import(fmt: str) -> click.Command:
@@ -52,7 +54,9 @@ def make_import(fmt: str) -> click.Command:
             batches, result = import_files(store.root, fmt, paths, jobs=jobs, privacy=privacy)
         except UnreadableFile as exc:
             raise click.ClickException(str(exc)) from exc
-        _summary(batches, result)
+        skipped = _summary(batches, result)
+        if skipped and not result.spans and not result.already_stored:  # a script must not take this for success
+            raise click.ClickException(f"nothing imported: all {skipped} records read were skipped (reasons above)")
 
     command.help = {
         "otlp": "OTLP/JSON or protobuf ExportTraceServiceRequest / ExportLogsServiceRequest files (one request per file or per line).",
