@@ -187,6 +187,7 @@ def test_cli_batch_job_aggregate_jobs_and_report(planted, tmp_path, monkeypatch)
     (["attribute", "--expect-contains", "OK"], "give --trace-id"),
     (["attribute", "--trace-id", "x", "--expect-contains", "OK", "--verifier", "a:b"], "give exactly one of"),
     (["attribute", "--where", "nonsense ===", "--expect-contains", "OK"], "SQL"),
+    (["attribute", "--where", "stauts = 'error'", "--expect-contains", "OK"], 'Candidate bindings: "status"'),
     (["attribute", "--resume", "jnope"], "no job 'jnope'"),
     (["report", "--job", "jnope", "--trace-id", "TRACE"], "has no report"),
 ])

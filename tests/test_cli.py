@@ -70,15 +70,18 @@ def test_sql_runs_over_the_views(store):
     assert csv.splitlines()[0] == "n" and int(csv.splitlines()[1]) > 0
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["show", "0123456789abcdef"], "no trace '0123456789abcdef'"),
-    (["sql", "selec 1"], "SQL error: Parser Error"),
-    (["sql", "select * from nope"], "SQL error: Catalog Error"),
+@pytest.mark.parametrize(("args", "message", "hint"), [
+    (["show", "0123456789abcdef"], "no trace '0123456789abcdef'", ""),
+    (["sql", "selec 1"], "SQL error: Parser Error", "^^^"),  # DuckDB's caret under the error
+    (["sql", "select * from nope"], "SQL error: Catalog Error", ""),
+    (["sql", "select * from step"], "SQL error: Catalog Error", 'Did you mean "steps"?'),
+    (["sql", "select nme from steps"], "SQL error: Binder Error", 'Candidate bindings: "name"'),
 ])
-def test_errors_are_one_clear_line(store, args, message):
+def test_errors_are_clear(store, args, message, hint):
     result = CliRunner().invoke(cli, ["--store", str(store), *args])
     assert result.exit_code == 1
     assert result.output.startswith(f"Error: {message}") and "Traceback" not in result.output
+    assert hint in result.output, result.output
 
 
 def test_missing_store_says_where_to_point(tmp_path):

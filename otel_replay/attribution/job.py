@@ -102,7 +102,8 @@ def select_traces(store: Store, predicate: str) -> list[str]:
     try:
         rows = store.sql(f"SELECT trace_id FROM traces WHERE ({predicate}) ORDER BY start_ns")  # noqa: S608
     except duckdb.Error as exc:
-        raise AttributionError(f"--where {predicate!r}: SQL error: {str(exc).splitlines()[0]}") from exc
+        said = [line for line in str(exc).splitlines()[:2] if line and not line.startswith("LINE")]
+        raise AttributionError(f"--where {predicate!r}: SQL error: {'; '.join(said)}") from exc  # error and hint
     return rows.column("trace_id").to_pylist()
 
 

@@ -97,7 +97,7 @@ def sql(store: Store, query: str, as_json: bool, as_csv: bool) -> None:
     try:
         rows = store.sql(query)
     except duckdb.Error as exc:
-        raise click.ClickException(f"SQL error: {exc}".splitlines()[0]) from exc
+        raise click.ClickException(f"SQL error: {str(exc).strip()}") from exc  # with DuckDB's hint and caret
     print_rows(rows, as_json=as_json, as_csv=as_csv)
 
 
