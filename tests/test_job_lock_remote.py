@@ -44,6 +44,18 @@ def test_a_remote_job_is_held_by_a_renewed_lease():
     _exercise(_memory())
 
 
+def test_a_released_lease_is_never_revived_by_a_heartbeat_in_flight():
+    """A beat that was putting while release deleted used to land after the delete (seen on S3 in
+    CI): the job then looked held for `stale_after_s`. Beats every millisecond make the overlap likely."""
+    location = _memory()
+    for _ in range(300):
+        lock = JobLock(location, "j1", heartbeat_s=0.0005).acquire()
+        time.sleep(0.002)
+        lock.release()
+        time.sleep(0.002)  # a beat that escaped the release would land here
+        assert not location.fs.exists(f"{location.path}/{lock.lease}")
+
+
 def test_a_lease_its_holder_stopped_renewing_is_taken_over():
     location = _memory()
     dead = {"host": "gone", "pid": 4242, "renewed_ns": time.time_ns() - int(200e9)}  # what a kill -9 leaves

@@ -60,6 +60,7 @@ class JobLock:
         self.stale_after_s = stale_after_s
         self._fd: int | None = None
         self._renewing: threading.Event | None = None
+        self._beat = threading.Lock()  # a heartbeat's put and release's delete never overlap
         self.took_over: int | None = None  # the dead holder's pid, when a stale lock file was taken over
 
     def acquire(self) -> JobLock:
@@ -95,7 +96,8 @@ class JobLock:
 
     def release(self) -> None:
         if self._renewing is not None:
-            self._renewing.set()
+            with self._beat:  # waits out a put in flight, so none lands after the delete below
+                self._renewing.set()
             self._renewing = None
             with contextlib.suppress(OSError):  # else it goes stale and is taken over
                 self.location.delete(self.lease)
@@ -148,10 +150,13 @@ class JobLock:
 
     def _renew(self, stop: threading.Event) -> None:
         while not stop.wait(self.heartbeat_s):
-            try:
-                self._put(exclusive=False)
-            except OSError:
-                continue  # a passing failure: the next beat tries again (stale only after several)
+            with self._beat:
+                if stop.is_set():  # released while this beat waited: a put now would revive the lease
+                    return
+                try:
+                    self._put(exclusive=False)
+                except OSError:
+                    continue  # a passing failure: the next beat tries again (stale only after several)
 
 
 def _read_pid(fd: int) -> int | None:
