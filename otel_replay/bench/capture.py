@@ -33,7 +33,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from otel_replay.bench.machine import load_average, machine_info
+from otel_replay.bench.machine import load_average, machine_info, speed_note
 from otel_replay.bench.spans import TURNS, NoopExporter, SeededText, SyntheticSpans, payload_bytes
 from otel_replay.bench.writer_stages import format_stages, writer_stages
 from otel_replay.capture import ReplayProcessor
@@ -440,7 +440,7 @@ def _notes(result: dict) -> list[str]:
     notes = [
         f"Machine: {machine['cpus']} CPUs ({machine['cpu_model']}), {machine['implementation']} "
         f"{machine['python']}, opentelemetry-sdk {machine['opentelemetry_sdk']}, pyarrow {machine['pyarrow']}, "
-        f"load average at start {', '.join(f'{x:.2f}' for x in load) or 'n/a'}; "
+        f"load average at start {', '.join(f'{x:.2f}' for x in load) or 'n/a'}{speed_note(machine)}; "
         f"{'quick' if result['quick'] else 'full'} run, {result['elapsed_s']:.1f} s.",
         f"on_end rows: median of {m['on_end_genai_4kb']['rounds']} rounds of {sizes['spans_per_round']} calls "
         f"each, both processors timed back to back in every round; Replay / Batch is the median of the "

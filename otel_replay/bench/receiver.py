@@ -31,7 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from otel_replay.bench.machine import machine_info
+from otel_replay.bench.machine import machine_info, speed_note
 from otel_replay.bench.spans import SeededText, SyntheticSpans
 from otel_replay.capture.receiver import OtlpReceiver
 from otel_replay.capture.receiver_workers import auto_workers
@@ -302,8 +302,8 @@ def format_receiver_table(result: dict) -> str:
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     machine, sizes = result["machine"], result["sizes"]
     notes = [
-        f"Machine: {machine['cpus']} CPUs ({machine['cpu_model']}), {machine['implementation']} {machine['python']}; "
-        f"{'quick' if result['quick'] else 'full'} run, {result['elapsed_s']:.1f} s.",
+        f"Machine: {machine['cpus']} CPUs ({machine['cpu_model']}), {machine['implementation']} {machine['python']}"
+        f"{speed_note(machine)}; {'quick' if result['quick'] else 'full'} run, {result['elapsed_s']:.1f} s.",
         f"Client: one process, one thread, one connection; {_CLIENT_NOTES[result['client']]}; {sizes['spans']:,} "
         f"distinct GenAI chat spans per round (~{result['payload_bytes_per_span']:,} payload bytes each, "
         f"{SPANS_PER_TRACE} to a trace) in requests of {sizes['batch']} spans, "
