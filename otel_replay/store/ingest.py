@@ -43,7 +43,10 @@ class IngestResult:
 def existing_span_ids(root: StoreLike, trace_ids: Sequence[str]) -> set[tuple[str, str]]:
     if not trace_ids or not StoreLocation.of(root).exists():
         return set()
-    return set(Catalog(root).named("existing_span_ids", [list(trace_ids)]))
+    catalog = Catalog(root)
+    if not catalog.snapshot().uris("span_rows"):  # no span stored yet: no DuckDB over the store (~45 ms)
+        return set()
+    return set(catalog.named("existing_span_ids", [list(trace_ids)]))
 
 
 def ingest(root: StoreLike, spans: Sequence[SpanRecord], logs: Iterable[LogEvent] = (), *, source: str,

@@ -29,6 +29,7 @@ from otel_replay.normalize.privacy import DEFAULT_PRIVACY
 from otel_replay.normalize.records import LogEvent, SpanRecord, TracePart, partition_of
 from otel_replay.store.ingest import IngestResult, ingest
 from otel_replay.store.location import StoreLike
+from otel_replay.store.writer import warm_up
 
 MIN_SPANS_PER_JOB = 5_000  # below this a worker costs more (fork, its own DuckDB) than it saves
 MAX_AUTO_JOBS = 8
@@ -109,6 +110,7 @@ def ingest_decoded(root: StoreLike, decode: Decode, jobs: int, check: Callable[[
     sees their extras and may raise, and then nothing is stored; else its answer goes to every
     worker, which stores `finish(spans, logs, answer, part)`. Returns the extras, in part order,
     and the merged result."""
+    warm_up()  # once here rather than in every worker
     ctx = multiprocessing.get_context("fork")
     links = [ctx.Pipe() for _ in range(jobs)]
     ends = [end for link in links for end in link]
@@ -191,6 +193,7 @@ def ingest_parallel(root: StoreLike, spans: Sequence[SpanRecord], logs: Iterable
         return ingest(root, spans, logs, source=source, skip_existing=skip_existing, privacy=privacy)
     span_parts, log_parts = split(spans, logs, workers)
     _WORK = _Work(root, span_parts, log_parts, source, skip_existing, privacy)
+    warm_up()  # once here rather than in every worker
     try:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
             results: list[Any] = list(pool.map(_run_part, range(workers)))

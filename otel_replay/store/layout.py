@@ -21,6 +21,7 @@ import secrets
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -98,12 +99,18 @@ def write_segment(
     """Write `data` as one zstd Parquet segment, atomically. Returns the local path or the URL."""
 
     def produce(handle) -> None:  # noqa: ANN001 (a binary file object)
-        pq.write_table(data, handle, compression="zstd", row_group_size=row_group_size,
-                       sorting_columns=sorting_columns, write_statistics=True,
-                       write_page_checksum=True,  # lets `otel-replay doctor` catch flipped bits
-                       write_batch_size=WRITE_BATCH_ROWS)
+        write_parquet(data, handle, row_group_size=row_group_size, sorting_columns=sorting_columns)
 
     return StoreLocation.of(root).write(f"{table}/day={day}/{name or segment_name()}", produce)
+
+
+def write_parquet(data: pa.Table, handle: Any, *, row_group_size: int = 8192,
+                  sorting_columns: list[pq.SortingColumn] | None = None) -> None:
+    """`data` as the store's Parquet (zstd, statistics, page checksums) into a binary file object."""
+    pq.write_table(data, handle, compression="zstd", row_group_size=row_group_size,
+                   sorting_columns=sorting_columns, write_statistics=True,
+                   write_page_checksum=True,  # lets `otel-replay doctor` catch flipped bits
+                   write_batch_size=WRITE_BATCH_ROWS)
 
 
 def cleanup_temp(root: StoreLike, older_than_s: float = 3600.0) -> int:

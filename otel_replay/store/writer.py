@@ -6,6 +6,7 @@ process dies between two files.
 
 from __future__ import annotations
 
+import io
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,10 +15,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from otel_replay.store.layout import day_of, write_segment
+from otel_replay.store.layout import day_of, write_parquet, write_segment
 from otel_replay.store.location import StoreLike, StoreLocation
 from otel_replay.store.rows import RowBatch, valid_text
-from otel_replay.store.schema import schema_of
+from otel_replay.store.schema import arrow_schemas, schema_of
 
 ARROW_CHUNK = 250  # rows per Arrow conversion, which holds the GIL: ~1 ms at most while the service runs
 
@@ -81,6 +82,26 @@ def write_batch(root: StoreLike, batch: RowBatch, pace: Callable[[], None] = _no
     parts = ArrowParts()
     parts.take(batch, pace)
     return parts.write(root)
+
+
+def warm_up() -> None:
+    """Pay what a process's first write costs (the Arrow schemas read from the DDL by DuckDB, the
+    first conversion, Parquet's zstd codec: ~65 ms) here, once: a parent calls it before forking
+    import workers, which then inherit it instead of each paying it."""
+    arrow_schemas()
+    for table in ("message_rows", "span_rows", "step_rows"):
+        row = {f.name: None if f.nullable else _blank(f.type) for f in schema_of(table)}
+        write_parquet(to_arrow([row], table), io.BytesIO())
+
+
+def _blank(kind: pa.DataType) -> Any:
+    if pa.types.is_string(kind):
+        return ""
+    if pa.types.is_list(kind):
+        return []
+    if pa.types.is_boolean(kind):
+        return False
+    return 0
 
 
 def write_stats(root: StoreLike, stats: dict[str, Any]) -> Path | str:
