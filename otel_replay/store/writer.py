@@ -21,6 +21,7 @@ from otel_replay.store.rows import RowBatch, valid_text
 from otel_replay.store.schema import arrow_schemas, schema_of
 
 ARROW_CHUNK = 250  # rows per Arrow conversion, which holds the GIL: ~1 ms at most while the service runs
+UNPACED_CHUNK = 2048  # ... and with nothing to pace for (imports): fewer, cheaper conversions (step rows ~12 %)
 
 
 def _chunk(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
@@ -38,9 +39,10 @@ def to_arrow(rows: list[dict[str, Any]], table: str, pace: Callable[[], None] = 
     """Rows as one Arrow table, converted in chunks; `pace` runs between them (the capture writer
     lets a service thread that waits for the GIL have it)."""
     schema = schema_of(table)
+    size = UNPACED_CHUNK if pace is _no_pause else ARROW_CHUNK
     chunks = []
-    for i in range(0, len(rows), ARROW_CHUNK):
-        chunks.append(_chunk(rows[i : i + ARROW_CHUNK], schema))
+    for i in range(0, len(rows), size):
+        chunks.append(_chunk(rows[i : i + size], schema))
         pace()
     return pa.concat_tables(chunks) if chunks else schema.empty_table()
 
