@@ -26,7 +26,7 @@ from typing import Any
 from google.protobuf.json_format import ParseDict
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otel_replay.bench.machine import python_speed_ms
+from otel_replay.bench.machine import record_work_ms
 from otel_replay.normalize.bulk import paused_gc
 from otel_replay.normalize.pipeline import normalize_spans
 from otel_replay.normalize.privacy import DEFAULT_PRIVACY
@@ -193,7 +193,7 @@ def _timed_import(store: Path, fmt: str, path: Path, jobs: int) -> dict[str, Any
 
 
 def run_import_bench(quick: bool = False) -> dict[str, Any]:
-    speed_before = python_speed_ms()
+    speed_before = record_work_ms()
     traces = 500 if quick else 10_000
     spans = [s for i in range(traces) for s in _trace(i)]
     work = Path(tempfile.mkdtemp(prefix="otel-replay-bench-import-"))
@@ -232,7 +232,7 @@ def run_import_bench(quick: bool = False) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
     return {"quick": quick, "traces": traces, "rows": rows, "target_steps_per_s_otlp_json": 20_000,
             "stages": stages, "load_average": os.getloadavg(), "cpus": os.cpu_count(),
-            "python_speed_ms": [speed_before, python_speed_ms()]}
+            "record_work_ms": [speed_before, record_work_ms()]}
 
 
 IMPORT_STAGES = ("read", "normalize", "redact", "rows", "arrow and parquet")
@@ -280,8 +280,8 @@ def format_import_table(result: dict[str, Any]) -> str:
     if result.get("load_average"):
         lines.append("Load average at the end of the run (1/5/15 min): {:.2f} / {:.2f} / {:.2f} on {} CPUs.".format(
             *result["load_average"], result.get("cpus")))
-    if result.get("python_speed_ms"):
-        lines.append("Interpreter speed: a fixed plain-Python workload took {:.1f} ms before the run and {:.1f} ms "
-                     "after it (`python_speed_ms`, lower is faster; it moves by ~1.5x between hours on these "
-                     "shared machines, and every CPU-bound number above moves with it).".format(*result["python_speed_ms"]))
+    if result.get("record_work_ms"):
+        lines.append("Machine speed: a fixed miniature of record work took {:.1f} ms before the run and {:.1f} ms "
+                     "after it (`record_work_ms`, lower is faster; these shared machines differ by up to 2x between "
+                     "days, so compare runs by it).".format(*result["record_work_ms"]))
     return "\n".join(lines)
