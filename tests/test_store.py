@@ -17,10 +17,11 @@ from otel_replay.normalize.pipeline import normalize_span
 from otel_replay.normalize.records import SpanRecord
 from otel_replay.store import compact
 from otel_replay.store.compact import compact_day, days
-from otel_replay.store.ingest import ingest
+from otel_replay.store.ingest import existing_span_ids, ingest
 from otel_replay.store.layout import write_segment
 from otel_replay.store.rows import RowBatch, RowBuilder
 from otel_replay.store.schema import arrow_schemas, schema_of
+from otel_replay.store.writer import to_arrow, warm_up
 
 
 def _chat_span(trace: int, span: int, messages: list, answer: str = "ok", start: int = 1_700_000_000_000_000_000) -> SpanRecord:
@@ -130,3 +131,16 @@ def test_round_trip_through_parquet_and_duckdb(tmp_path_factory, history):
     expected = canonical_messages(json.loads(json.dumps(history)))
     # canonical form drops empty text parts beside other parts; compare against that same rule
     assert list(step.inputs) == json.loads(json.dumps(expected, ensure_ascii=False).encode("utf-8", "replace"))
+
+
+def test_what_is_already_stored_is_asked_only_of_a_store_with_spans(tmp_path):
+    """Payloads alone (a crash between the message and span segments leaves that) hold no span;
+    once spans are stored, the same question finds exactly them."""
+    warm_up()  # writes nothing anywhere
+    assert not tmp_path.joinpath("store").exists()
+    root = tmp_path / "store"
+    row = {"hash": "h1", "kind": "message", "role": "user", "body": "{}"}
+    write_segment(root, "message_rows", "2026-01-01", to_arrow([row], "message_rows"))
+    assert existing_span_ids(root, [f"{1:032x}"]) == set()
+    ingest(root, [_chat_span(1, 1, [{"role": "user", "parts": [{"type": "text", "content": "hi"}]}])], source="test")
+    assert existing_span_ids(root, [f"{1:032x}", f"{2:032x}"]) == {(f"{1:032x}", f"{1:016x}")}
