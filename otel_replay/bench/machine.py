@@ -81,6 +81,6 @@ def machine_info() -> dict[str, Any]:
 
 
 def speed_note(machine: dict[str, Any]) -> str:
-    """The interpreter-speed reference of `record_work_ms`, as a README line ends it."""
+    """The machine-speed reference (`record_work_ms`) as the end of a benchmark's Machine line."""
     speed = machine.get("record_work_ms")
     return f"; a fixed miniature of record work took {speed:.1f} ms (`record_work_ms`, lower is faster)" if speed else ""
