@@ -41,6 +41,7 @@ from otel_replay.capture.receiver_http import RETRY_AFTER_S, HttpServer
 from otel_replay.capture.receiver_limits import DEFAULT_RATE, RateLimiter, Throttled
 from otel_replay.capture.receiver_workers import ProcessorFactory, ReceiverWorkers
 from otel_replay.store.location import StoreLocation
+from otel_replay.store.writer import warm_up
 
 TOKEN_ENV = "OTEL_REPLAY_COLLECT_TOKEN"
 """Bearer token clients must send (`Authorization: Bearer <token>`); default: none required."""
@@ -127,8 +128,10 @@ class OtlpReceiver:
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> OtlpReceiver:
         """Open the store's writer and both servers; returns once both listen."""
-        if self.worker_count == 1 and self.processor is None:
-            self.processor = ReplayProcessor(self.store)
+        if self.worker_count == 1:
+            if self.processor is None:
+                self.processor = ReplayProcessor(self.store)
+            warm_up()  # the first write's one-off cost (~0.1 s), here rather than in the first request's time
         try:
             self._http = HttpServer(self)
         except OSError as exc:

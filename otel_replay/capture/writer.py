@@ -40,7 +40,7 @@ from otel_replay.normalize.records import LogEvent, SpanRecord
 from otel_replay.normalize.sources.sdk import log_from_sdk, span_from_sdk
 from otel_replay.store.location import StoreLocation
 from otel_replay.store.rows import RowBatch, RowBuilder
-from otel_replay.store.writer import write_batch, write_stats
+from otel_replay.store.writer import Pace, write_batch, write_stats
 
 logger = logging.getLogger("otel_replay")
 
@@ -124,8 +124,10 @@ class CaptureWriter:
                  privacy: Callable[[NormalizedSpan], NormalizedSpan] | None = DEFAULT_PRIVACY,
                  on_room: Callable[[], None] | None = None, yield_gil: bool = True) -> None:
         self.root = root
+        self._write_pace: Pace = self._pace
         if not yield_gil:  # nothing in this process waits for the GIL: no pauses
             self._pace = _run_on  # type: ignore[method-assign]
+            self._write_pace = None
         self._on_room = on_room  # told each time spans were taken: the producer may have stopped accepting
         self._privacy = privacy  # redaction and payload switches, applied here: never on the service's thread
         self.queue = queue
@@ -333,7 +335,7 @@ class CaptureWriter:
             if len(batch) or self._stats_changed():
                 self._check_root()
             if len(batch):
-                write_batch(self.root, batch, self._pace)
+                write_batch(self.root, batch, self._write_pace)
                 self.written_spans += len(batch)
             self._write_stats()
         except Exception as exc:  # noqa: BLE001 - disk full, read-only, deleted, denied, or anything else

@@ -21,7 +21,7 @@ from otel_replay.store.rows import RowBatch, valid_text
 from otel_replay.store.schema import arrow_schemas, schema_of
 
 ARROW_CHUNK = 250  # rows per Arrow conversion, which holds the GIL: ~1 ms at most while the service runs
-UNPACED_CHUNK = 2048  # ... and with nothing to pace for (imports): fewer, cheaper conversions (step rows ~12 %)
+UNPACED_CHUNK = 2048  # ... and with nothing to pace for: fewer, cheaper conversions (step rows ~12 %)
 
 
 def _chunk(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
@@ -31,19 +31,20 @@ def _chunk(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
         return pa.Table.from_pylist([valid_text(r) for r in rows], schema=schema)
 
 
-def _no_pause() -> None:
-    return None
+Pace = Callable[[], None] | None
+"""Runs between Arrow conversions (the capture writer lets a service thread that waits for the GIL
+have it); None: nothing to pace for (imports, a receiver's worker), so fewer, larger conversions."""
 
 
-def to_arrow(rows: list[dict[str, Any]], table: str, pace: Callable[[], None] = _no_pause) -> pa.Table:
-    """Rows as one Arrow table, converted in chunks; `pace` runs between them (the capture writer
-    lets a service thread that waits for the GIL have it)."""
+def to_arrow(rows: list[dict[str, Any]], table: str, pace: Pace = None) -> pa.Table:
+    """Rows as one Arrow table, converted in chunks, `pace` between them."""
     schema = schema_of(table)
-    size = UNPACED_CHUNK if pace is _no_pause else ARROW_CHUNK
+    size = UNPACED_CHUNK if pace is None else ARROW_CHUNK
     chunks = []
     for i in range(0, len(rows), size):
         chunks.append(_chunk(rows[i : i + size], schema))
-        pace()
+        if pace is not None:
+            pace()
     return pa.concat_tables(chunks) if chunks else schema.empty_table()
 
 
@@ -57,7 +58,7 @@ class ArrowParts:
     spans: dict[str, list[pa.Table]] = field(default_factory=dict)
     steps: dict[str, list[pa.Table]] = field(default_factory=dict)
 
-    def take(self, batch: RowBatch, pace: Callable[[], None] = _no_pause) -> None:
+    def take(self, batch: RowBatch, pace: Pace = None) -> None:
         """Convert `batch`'s rows (the caller drops the batch when it wants the memory back)."""
         if batch.messages:
             self.messages.append(to_arrow(batch.messages, "message_rows", pace))
@@ -79,7 +80,7 @@ class ArrowParts:
         return written
 
 
-def write_batch(root: StoreLike, batch: RowBatch, pace: Callable[[], None] = _no_pause) -> list[Path | str]:
+def write_batch(root: StoreLike, batch: RowBatch, pace: Pace = None) -> list[Path | str]:
     """Write every table of the batch; returns the segment paths (or URLs) in write order."""
     parts = ArrowParts()
     parts.take(batch, pace)
