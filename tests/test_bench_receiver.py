@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 
@@ -37,6 +38,10 @@ def test_the_run_did_what_it_claims(result: dict) -> None:
     assert len(result["rounds"]) == result["sizes"]["rounds"]
     for round_ in result["rounds"]:
         assert 0 < round_["received_s"] <= round_["stored_s"] and round_["baseline_s"] > 0
+        # the receiver decoded and stored every span in that time: its CPU for them is not zero, and no
+        # more than every core busy for the whole round allows (+ a margin for the clock's ticks)
+        cpu_s = round_["cpu_us_per_span"] * result["sizes"]["spans"] / 1e6
+        assert 0 < cpu_s <= round_["stored_s"] * (os.cpu_count() or 1) + 0.1
     assert result["request_bytes_per_round"] > result["sizes"]["spans"] * result["payload_bytes_per_span"] * 0.8
     assert json.loads(json.dumps(result))["metrics"].keys() == result["metrics"].keys()
     assert result["costs"]["client_encode_us"] > 0 and result["costs"]["receiver_decode_us"] > 0
@@ -49,6 +54,7 @@ def test_table_names_every_metric_and_both_servers(result: dict) -> None:
     assert "OtlpReceiver" in table and result["baseline"] in table
     assert "pass" in table or "FAIL" in table
     assert "the exporter encodes one in" in table
+    assert "CPU per stored span (" + ("its workers' processes" if result["workers"] > 1 else "the receiver's process") in table
     assert f"a fixed miniature of record work took {result['machine']['record_work_ms']:.1f} ms" in table
     assert f"OtlpReceiver(workers={result['workers']})" in table
     assert ("requests encoded (OTLP protobuf) before the clock" if result["client"] == "encoded"

@@ -195,3 +195,14 @@ def test_worker_counters_add_up():
     parts = [{"written_spans": 3, "skipped": {"a": 1}, "store_error": None},
              {"written_spans": 4, "skipped": {"a": 2, "b": 1}, "store_error": "disk full"}]
     assert add_stats(parts) == {"written_spans": 7, "skipped": {"a": 3, "b": 1}, "store_error": "disk full"}
+
+
+def test_running_workers_report_the_cpu_their_processes_used(tmp_path):
+    with OtlpReceiver(tmp_path, http_port=0, grpc_port=0, workers=2) as rx:
+        before = rx.stats()["worker_cpu_s"]  # two processes that imported otel_replay and opened the store
+        assert before > 0
+        status, _, _ = post(rx, "/v1/traces", json.dumps(many_traces_request(bad_every=1000)).encode())
+        assert status == 200 and rx.flush(30)
+        after = rx.stats()["worker_cpu_s"]
+        assert after > before  # decoding and writing 48 spans in them took some
+    assert rx.stats()["written_spans"] == 48

@@ -182,18 +182,29 @@ def _baseline_round(client: _Client) -> float:
 def _receiver_round(client: _Client, sizes: Sizes, store: Path, workers: int) -> dict[str, Any]:
     """One timed round; the workers (if any) start before the clock, as `collect` starts them once."""
     with OtlpReceiver(store, http_port=0, grpc_port=0, workers=workers) as receiver:
+        cpu_started = _receiver_cpu(receiver)
         started = time.perf_counter()
         received = client.send(f"{receiver.http_endpoint}/v1/traces")
         if not receiver.flush(FLUSH_TIMEOUT_S):
             raise RuntimeError(f"the receiver's writer did not finish within {FLUSH_TIMEOUT_S} s")
         stored = time.perf_counter() - started
+        cpu = _receiver_cpu(receiver) - cpu_started
         written = receiver.stats()["written_spans"]
     # a request some workers had room for and one had not is resent whole: its other shares are
     # written twice and read once, so the store must hold each span once and every accepted one
     distinct = Store(store).sql("select count(*) as n from spans").to_pylist()[0]["n"]
     if written != receiver.counts["accepted_traces"] or distinct != sizes.spans:
         raise RuntimeError(f"stored {distinct} of {sizes.spans} spans, wrote {written} ({receiver.counts})")
-    return {"received_s": received, "stored_s": stored, "written_twice": written - sizes.spans}
+    return {"received_s": received, "stored_s": stored, "written_twice": written - sizes.spans,
+            "cpu_us_per_span": cpu / sizes.spans * 1e6}
+
+
+def _receiver_cpu(receiver: OtlpReceiver) -> float:
+    """CPU seconds the receiver's workers have used; with none, this process's (the receiver runs in it;
+    the client is another process)."""
+    if receiver.workers is None:
+        return time.process_time()
+    return float(receiver.stats()["worker_cpu_s"])
 
 
 # -- where the time goes -----------------------------------------------------------------------
@@ -318,6 +329,11 @@ def format_receiver_table(result: dict) -> str:
         f"receiver got the same spans. "
         f"The baseline column is the client's own ceiling (it stores nothing); its time is until the last response.",
     ]
+    if result.get("rounds") and "cpu_us_per_span" in result["rounds"][0]:
+        cpu = statistics.median(r["cpu_us_per_span"] for r in result["rounds"])
+        where = "its workers' processes" if result["workers"] > 1 else "the receiver's process"
+        notes.append(f"CPU per stored span ({where}, from the first send until force_flush; median of the rounds): "
+                     f"{cpu:.0f} µs, less disturbed by other work on a shared machine than spans/s.")
     if result.get("costs"):
         costs = result["costs"]
         notes.append(f"CPU per span, the same spans in one process: the exporter encodes one in "

@@ -24,6 +24,7 @@ import os
 import re
 import signal
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -83,7 +84,7 @@ def worker_main(conn: Connection, index: int, count: int, factory: ProcessorFact
         elif op == "flush":
             conn.send(("ok", processor.force_flush(int(request[1] * 1000))))
         elif op == "stats":
-            conn.send(("ok", processor.stats))
+            conn.send(("ok", {**processor.stats, "worker_cpu_s": time.process_time()}))
         elif op == "stop":
             processor.shutdown(int(request[1] * 1000))
             conn.send(("ok", processor.stats))
@@ -217,7 +218,8 @@ class ReceiverWorkers:
             return done
 
     def stats(self) -> dict[str, Any]:
-        """The workers' processor counters, added up (after `stop`, their final ones)."""
+        """The workers' processor counters, added up (after `stop`, their final ones); while they
+        run, `worker_cpu_s` is the CPU time their processes have used so far."""
         if self.final_stats is not None:
             return self.final_stats
         with self._lock:
