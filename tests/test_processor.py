@@ -217,3 +217,22 @@ def test_ids_of_the_wrong_shape_name_the_field():
     for bad in ("xyz", "00" * 16, 12.5, "abc123"):
         with pytest.raises(BadId, match="traceId"):
             hex_id(bad, 32, "traceId")
+
+
+def test_records_handed_over_at_once_are_worked_on_at_once(tmp_path):
+    """The receiver's path (`accept_records`): a request's records wake the writer, which then writes
+    them when `flush_rows` are waiting, without waiting for 2,000 queued or the flush interval."""
+    from otel_replay.normalize.records import SpanRecord
+
+    processor = ReplayProcessor(tmp_path, flush_interval_s=3600, flush_rows=10)
+    now = time.time_ns()
+    spans = [SpanRecord(trace_id=f"{i + 1:032x}", span_id=f"{i + 1:016x}", parent_span_id=None, name="chat m",
+                        start_ns=now, end_ns=now + 1000, attributes=chat_attributes(f"question {i}"),
+                        resource={"service.name": "svc"}) for i in range(10)]
+    assert processor.accept_records(spans) == 0
+    deadline = time.monotonic() + 30
+    while processor.stats["written_spans"] < 10 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert processor.stats["written_spans"] == 10  # no force_flush: the writer was woken by the hand-over
+    assert Store(tmp_path).sql("select count(*) as n from steps").to_pylist() == [{"n": 10}]
+    processor.shutdown()

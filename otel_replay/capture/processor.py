@@ -264,7 +264,10 @@ class ReplayProcessor(SpanProcessor):
         if not self._queue.offer_all(batch):  # logs first, so a span finds its events already waiting
             self.refused_records += count
             return count
-        if len(self._queue) >= min(2000, self._queue.max_items // 2 or 1):
+        # a request's records at once: the writer starts on them now instead of when 2,000 are waiting
+        # (the hot path's threshold, which spares a service's threads a wake-up per span): a receiver
+        # that waited would leave its writer idle for the first several requests
+        if not self._writer.wake.is_set():
             self._writer.wake.set()
         return 0
 
