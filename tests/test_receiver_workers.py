@@ -25,7 +25,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from otel_replay import ReplayProcessor, Store
 from otel_replay.capture.receiver import OtlpReceiver, ReceiverError
 from otel_replay.capture.receiver_decode import decode_body
-from otel_replay.capture.receiver_workers import add_stats
+from otel_replay.capture.receiver_workers import BodyReader, add_stats
 from otel_replay.normalize.records import partition_of
 from tests.helpers import chat_attributes
 from tests.test_receiver import assert_stored_run, json_trace, post, send_agent_run
@@ -206,3 +206,38 @@ def test_running_workers_report_the_cpu_their_processes_used(tmp_path):
         after = rx.stats()["worker_cpu_s"]
         assert after > before  # decoding and writing 48 spans in them took some
     assert rx.stats()["written_spans"] == 48
+
+
+def test_bodies_go_raw_between_framed_messages_into_one_reused_buffer():
+    import multiprocessing
+    import socket
+    import threading
+
+    parent, child = multiprocessing.Pipe()
+    stream = socket.socket(fileno=os.dup(parent.fileno()))
+    bodies = [os.urandom(3_000_000), b"short", b"", os.urandom(70_000)]  # larger than a socket's buffer first
+
+    def send() -> None:
+        for body in bodies:
+            parent.send(("receive", len(body)))
+            stream.sendall(body)
+        parent.send(("stop",))  # framed messages still read right after a raw body
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    reader = BodyReader(child)
+    for body in bodies:
+        op, size = child.recv()
+        with reader.read(size) as view:
+            assert op == "receive" and bytes(view) == body
+    assert child.recv() == ("stop",)
+    sender.join()
+    assert len(reader._buffer) == 3_000_000  # noqa: SLF001 - grown once, reused by the smaller bodies
+
+    parent.send(("receive", 10))
+    stream.sendall(b"four")  # the receiver's process goes away mid-body
+    stream.close()
+    parent.close()
+    op, size = child.recv()
+    with pytest.raises(EOFError, match="closed the connection"), reader.read(size):
+        pass
