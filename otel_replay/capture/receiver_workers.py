@@ -101,7 +101,7 @@ class BodyReader:
     The parent writes each body raw (`socket.sendall`) right after the "receive" message that gives
     its length, on the same connection (a socket pair; `Connection` reads exactly what it frames,
     never ahead). `Connection.recv_bytes` would read a 2 MB body in ~40 reads, each allocating the
-    whole remainder, then copy it twice: ~5 ms of the worker's CPU a body against ~1 here.
+    whole remainder, then copy it twice: ~4 ms of the worker's CPU a 2.4 MB body against under 1 here.
     """
 
     def __init__(self, conn: Connection) -> None:
