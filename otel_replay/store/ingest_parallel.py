@@ -13,6 +13,7 @@ Needs the `fork` start method (Linux); elsewhere, and for small inputs, `ingest`
 from __future__ import annotations
 
 import contextlib
+import gc
 import multiprocessing
 import os
 import sys
@@ -23,7 +24,6 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from otel_replay.normalize.bulk import paused_gc
 from otel_replay.normalize.pipeline import NormalizedSpan
 from otel_replay.normalize.privacy import DEFAULT_PRIVACY
 from otel_replay.normalize.records import LogEvent, SpanRecord, TracePart, partition_of
@@ -152,9 +152,9 @@ def _decode_then_ingest(conn: Connection, inherited: list[Connection], part: Tra
                         privacy: Callable[[NormalizedSpan], NormalizedSpan] | None) -> None:
     for end in inherited:  # other workers' pipe ends, forked with this one: holding them would keep a dead
         end.close()  # worker's pipe open (the parent would wait for ever) and hide the parent's close from others
+    gc.disable()  # for good: the worker ends after its store, and a collection would only walk every record it read
     try:
-        with paused_gc():
-            spans, logs, extra = decode(part)
+        spans, logs, extra = decode(part)
         conn.send(("decoded", extra))
         go, answer = conn.recv()
         if go != "store":
