@@ -1,6 +1,6 @@
 -- otel-replay store: the Parquet segment schemas. This file is the single declaration of every
--- stored table and column; otel_replay.store.schema builds the Arrow schemas from it and
--- tests/test_schema.py checks code and schema agree. `day` is the hive partition column
+-- stored table and column; otel_replay.store.schema reads the Arrow schemas from it and
+-- tests/test_schema.py checks that DuckDB reads it alike. `day` is the hive partition column
 -- (directory day=YYYY-MM-DD) and is not stored inside the files.
 
 -- One row per captured span (GenAI spans and the ancestors a trajectory needs). Payload

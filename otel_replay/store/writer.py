@@ -88,9 +88,9 @@ def write_batch(root: StoreLike, batch: RowBatch, pace: Pace = None) -> list[Pat
 
 
 def warm_up() -> None:
-    """Pay what a process's first write costs (the Arrow schemas read from the DDL by DuckDB, the
-    first conversion, Parquet's zstd codec: ~65 ms) here, once: a parent calls it before forking
-    import workers, which then inherit it instead of each paying it."""
+    """Pay what a process's first write costs (the Arrow schemas, the first conversion, Parquet's
+    zstd codec: ~6 ms) here, once: a parent calls it before forking import workers, which then
+    inherit it instead of each paying it."""
     arrow_schemas()
     for table in ("message_rows", "span_rows", "step_rows"):
         row = {f.name: None if f.nullable else _blank(f.type) for f in schema_of(table)}
