@@ -161,6 +161,9 @@ def _decode_then_ingest(conn: Connection, inherited: list[Connection], part: Tra
             return
         spans, logs = finish(spans, logs, answer, part)
         conn.send(("stored", ingest(root, spans, logs, source=source, skip_existing=skip_existing, privacy=privacy)))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # rather than return, which frees every record read, one by one, while the parent waits to join
     except EOFError:
         return  # the parent stopped the import (a check failed, or another part did)
     except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
