@@ -26,6 +26,7 @@ from otel_replay.normalize.sources.files import (
     otlp_json_bytes,
     read,
     read_otlp_part,
+    screen_otlp_lines,
 )
 from otel_replay.normalize.sources.otlp_json import trace_parts_named
 from otel_replay.store.import_files import import_files, jobs_for_bytes
@@ -119,6 +120,11 @@ def test_the_parts_read_exactly_what_one_reader_reads(messy, parts):
         data = otlp_json_bytes(path)
         assert data is not None
         got = [read_otlp_part(path, data, (i, parts)) for i in range(parts)]
+        shares = [screen_otlp_lines(data, (i, parts)) for i in range(parts)]
+        assert all(share is None for share in shares) == (path.suffix == ".json")  # a document is never screened
+        shared = [read_otlp_part(path, data, (i, parts), shares) for i in range(parts)]  # each line screened once
+        assert [(_keys(b.spans), b.logs, b.skipped, n) for b, n in shared] == [(_keys(b.spans), b.logs, b.skipped, n)
+                                                                               for b, n in got]
         assert _keys(s for batch, _ in got for s in batch.spans) == _keys(whole.spans)  # each span once
         for i, (batch, _) in enumerate(got):  # and each in the worker of its trace, however it is spelled
             assert all(partition_of(s.trace_id, parts) == i for s in batch.spans)
@@ -177,9 +183,12 @@ def test_screening_never_hides_a_span_from_its_worker(tmp_path, spans, parts, sp
         assert named is None or partition_of(record.trace_id, parts) in named
     if any(isinstance(span.get("traceId"), int) for span in doc["resourceSpans"][0]["scopeSpans"][0]["spans"]):
         assert named is None  # a number is a valid trace id the text does not show as one
-    got = [read_otlp_part(path, path.read_bytes(), (i, parts)) for i in range(parts)]
-    assert _keys(s for batch, _ in got for s in batch.spans) == _keys(whole.spans)
-    assert sorted({e for batch, _ in got for e in batch.skipped}, key=in_file_order) == whole.skipped
+    data = path.read_bytes()
+    shares = [screen_otlp_lines(data, (i, parts)) for i in range(parts)]
+    for screened in (None, shares):  # each worker screening every line, or the workers sharing it
+        got = [read_otlp_part(path, data, (i, parts), screened) for i in range(parts)]
+        assert _keys(s for batch, _ in got for s in batch.spans) == _keys(whole.spans)
+        assert sorted({e for batch, _ in got for e in batch.skipped}, key=in_file_order) == whole.skipped
 
 
 @given(st.lists(st.sampled_from([b"", b"\n", b"{}", b'{"a": 1}', b" ", b"\r", b"x"]), max_size=12).map(b"".join))
@@ -246,3 +255,22 @@ def test_a_failed_check_stores_nothing(tmp_path):
     extras, result = ingest_decoded(tmp_path / "store", decode, 2, lambda extras: None, source="test")
     assert extras == [(0, 2), (1, 2)] and result.traces == 6 and result.spans == 24
     assert Store(tmp_path / "store").sql("select count(*) as n from spans").column("n")[0].as_py() == 24
+
+
+def _screen_share(part):
+    if part[0] == 2:
+        raise ValueError("screening failed")
+    return f"share {part[0]}"
+
+
+def _decode_with_shares(part, shares):
+    return [], [], (part, shares)
+
+
+def test_every_worker_decodes_with_every_part_s_share_and_a_failed_share_stores_nothing(tmp_path):
+    extras, _ = ingest_decoded(tmp_path, _decode_with_shares, 2, lambda extras: None, source="test",
+                               screen=_screen_share)
+    assert extras == [((0, 2), ["share 0", "share 1"]), ((1, 2), ["share 0", "share 1"])]
+    with pytest.raises(RuntimeError, match=r"import worker 2 failed:(.|\n)*ValueError: screening failed"):
+        ingest_decoded(tmp_path, _decode_with_shares, 3, lambda extras: None, source="test", screen=_screen_share)
+    assert not list(tmp_path.rglob("*.parquet"))

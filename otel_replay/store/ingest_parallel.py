@@ -100,29 +100,38 @@ def _as_decoded(spans: list[SpanRecord], logs: list[LogEvent], answer: Any,
     return spans, logs
 
 
+Screen = Callable[[TracePart], Any]
+"""A part's share of some work on the input that every part needs the whole of (e.g. which lines hold
+whose traces); each worker gets every part's share, in part order, as `decode`'s second argument."""
+
+
 def ingest_decoded(root: StoreLike, decode: Decode, jobs: int, check: Callable[[list[Any]], Any], *, source: str,
-                   finish: Finish = _as_decoded, skip_existing: bool = False,
+                   finish: Finish = _as_decoded, screen: Screen | None = None, skip_existing: bool = False,
                    privacy: Callable[[NormalizedSpan], NormalizedSpan] | None = DEFAULT_PRIVACY,
                    ) -> tuple[list[Any], IngestResult]:
     """`ingest` on `jobs` forked workers, each of which also reads its own part of the input
-    (`decode((index, jobs))`), so reading runs on every core and each worker's records are its own
-    (no copy-on-write faults on the parent's). Two phases: when every part is decoded, `check`
-    sees their extras and may raise, and then nothing is stored; else its answer goes to every
-    worker, which stores `finish(spans, logs, answer, part)`. Returns the extras, in part order,
-    and the merged result."""
+    (`decode((index, jobs))`, or with `screen`, `decode((index, jobs), shares)`), so reading runs on
+    every core and each worker's records are its own (no copy-on-write faults on the parent's). Two
+    phases: when every part is decoded, `check` sees their extras and may raise, and then nothing is
+    stored; else its answer goes to every worker, which stores `finish(spans, logs, answer, part)`.
+    Returns the extras, in part order, and the merged result."""
     warm_up()  # once here rather than in every worker
     ctx = multiprocessing.get_context("fork")
     links = [ctx.Pipe() for _ in range(jobs)]
     ends = [end for link in links for end in link]
     workers = [ctx.Process(target=_decode_then_ingest, daemon=True,
-                           args=(child, [end for end in ends if end is not child], (i, jobs), decode, finish, root,
-                                 source, skip_existing, privacy))
+                           args=(child, [end for end in ends if end is not child], (i, jobs), screen, decode, finish,
+                                 root, source, skip_existing, privacy))
                for i, (_, child) in enumerate(links)]
     for worker in workers:
         worker.start()
     for _, child in links:
         child.close()
     try:
+        if screen is not None:
+            shares = [_answer(conn, i, "screened") for i, (conn, _) in enumerate(links)]
+            for conn, _ in links:
+                conn.send(("shares", shares))
         extras = [_answer(conn, i, "decoded") for i, (conn, _) in enumerate(links)]
         answer = check(extras)
         for conn, _ in links:
@@ -147,14 +156,19 @@ def _answer(conn: Connection, index: int, expected: str) -> Any:
     return value
 
 
-def _decode_then_ingest(conn: Connection, inherited: list[Connection], part: TracePart, decode: Decode,
-                        finish: Finish, root: StoreLike, source: str, skip_existing: bool,
+def _decode_then_ingest(conn: Connection, inherited: list[Connection], part: TracePart, screen: Screen | None,
+                        decode: Decode, finish: Finish, root: StoreLike, source: str, skip_existing: bool,
                         privacy: Callable[[NormalizedSpan], NormalizedSpan] | None) -> None:
     for end in inherited:  # other workers' pipe ends, forked with this one: holding them would keep a dead
         end.close()  # worker's pipe open (the parent would wait for ever) and hide the parent's close from others
     gc.disable()  # for good: the worker ends after its store, and a collection would only walk every record it read
     try:
-        spans, logs, extra = decode(part)
+        if screen is None:
+            spans, logs, extra = decode(part)
+        else:
+            conn.send(("screened", screen(part)))
+            _, shares = conn.recv()
+            spans, logs, extra = decode(part, shares)  # type: ignore[call-arg]
         conn.send(("decoded", extra))
         go, answer = conn.recv()
         if go != "store":

@@ -138,11 +138,12 @@ def json_documents(path: Path, data: bytes | None = None) -> tuple[list[tuple[st
     return found.docs, found.skipped
 
 
-def read_json(path: Path, data: bytes | None = None, keep: Callable[[bytes], bool] | None = None,
+def read_json(path: Path, data: bytes | None = None, keep: Callable[[int, bytes], bool] | None = None,
               each: Callable[[str, Any], None] | None = None) -> JsonDocuments:
     """`json_documents`, with whether the file is one document; for JSON lines, `keep` (if given)
     says which lines to parse at all, and `each` (if given) takes each document as it is parsed,
-    so a large file's documents are not all alive at once (they stay out of `docs`)."""
+    so a large file's documents are not all alive at once (they stay out of `docs`). `keep` gets a
+    line's number (from 1) and its bytes."""
     data = content(path) if data is None else data
     try:
         return JsonDocuments([(str(path), orjson.loads(data))], [], single=True)  # strict, fast, checks UTF-8, nesting
@@ -168,7 +169,7 @@ def read_json(path: Path, data: bytes | None = None, keep: Callable[[bytes], boo
     return _json_lines(path, data, keep, each)
 
 
-def _json_lines(path: Path, data: bytes, keep: Callable[[bytes], bool] | None,
+def _json_lines(path: Path, data: bytes, keep: Callable[[int, bytes], bool] | None,
                 each: Callable[[str, Any], None] | None) -> JsonDocuments:
     found = JsonDocuments([], [], single=False)
     skipped = found.skipped
@@ -183,7 +184,7 @@ def _json_lines(path: Path, data: bytes, keep: Callable[[bytes], bool] | None,
     for number, line in enumerate(_lines(data), start=1):
         if not line.strip():
             continue
-        if keep is not None and not keep(line):
+        if keep is not None and not keep(number, line):
             found.unparsed += 1
             continue
         where = f"{path}:{number}"
@@ -256,15 +257,45 @@ def otlp_json_bytes(path: Path) -> bytes | None:
     return None if _is_binary(data) else data
 
 
-def read_otlp_part(path: Path, data: bytes, part: TracePart) -> tuple[SourceBatch, int]:
+ScreenedLines = list[int]
+"""One part's share of screening a JSON-lines file (`screen_otlp_lines`): for line n (from 1) with
+(n - 1) % parts == index, at (n - 1) // parts, the parts its text can hold spans of, as bits (-1: all)."""
+
+
+def screen_otlp_lines(data: bytes, part: TracePart) -> ScreenedLines | None:
+    """`part`'s share of screening an OTLP/JSON file's lines for the parts they hold (`trace_parts_named`),
+    so that workers screen a line once between them, not once each (`read_otlp_part`'s `screened`).
+    None for a file whose first line is not a whole object: one document over many lines is parsed
+    whole, never screened (a wrong guess costs time only: such a file's lines are never looked up)."""
+    index, parts = part
+    end = data.find(b"\n")
+    first = (data if end < 0 else data[:end]).strip()
+    if first[:1] != b"{" or first[-1:] != b"}":
+        return None
+    screened: ScreenedLines = []
+    for number, line in enumerate(_lines(data)):
+        if number % parts == index:
+            named = otlp_json.trace_parts_named(line, parts) if line.strip() else set()
+            screened.append(-1 if named is None else sum(1 << p for p in named))
+    return screened
+
+
+def read_otlp_part(path: Path, data: bytes, part: TracePart,
+                   screened: list[ScreenedLines | None] | None = None) -> tuple[SourceBatch, int]:
     """The spans of `part`'s traces in an OTLP/JSON file (`otlp_json_bytes`), and every log
     record (the caller picks its own: a log event may name its span without its trace), parsing
     only the lines that can hold them, with the records skipped among those lines; and how many
-    documents it parsed (no part parsing any, the file has no valid line). Raises `UnreadableFile`
-    for a file that is one document and no request, as `read_otlp` does."""
-    def keep(line: bytes) -> bool:
-        named = otlp_json.trace_parts_named(line, part[1])
-        return named is None or part[0] in named
+    documents it parsed (no part parsing any, the file has no valid line). `screened`: every
+    part's `screen_otlp_lines` of this file, in part order (else each line is screened here).
+    Raises `UnreadableFile` for a file that is one document and no request, as `read_otlp` does."""
+    index, parts = part
+    shares = screened if screened is not None and all(share is not None for share in screened) else None
+
+    def keep(number: int, line: bytes) -> bool:
+        if shares is not None:
+            return bool(shares[(number - 1) % parts][(number - 1) // parts] >> index & 1)  # type: ignore[index]
+        named = otlp_json.trace_parts_named(line, parts)
+        return named is None or index in named
 
     batch = SourceBatch(path, "otlp")
     found = _read_otlp_json(path, data, batch, part, keep)
@@ -272,7 +303,7 @@ def read_otlp_part(path: Path, data: bytes, part: TracePart) -> tuple[SourceBatc
 
 
 def _read_otlp_json(path: Path, data: bytes, batch: SourceBatch, part: TracePart | None,
-                    keep: Callable[[bytes], bool] | None = None) -> JsonDocuments:
+                    keep: Callable[[int, bytes], bool] | None = None) -> JsonDocuments:
     """Records of every document (with `part`: spans of its traces), each JSON line decoded as it
     is parsed; the skipped in file order."""
     found = read_json(path, data, keep, functools.partial(_decode_otlp_doc, path, batch, part, False))
