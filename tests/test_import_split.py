@@ -113,7 +113,7 @@ def _keys(spans) -> list[tuple[str, str]]:
     return sorted((s.trace_id, s.span_id) for s in spans)
 
 
-@pytest.mark.parametrize("parts", [2, 3, 5])
+@pytest.mark.parametrize("parts", [2, 3, 5, 9])
 def test_the_parts_read_exactly_what_one_reader_reads(messy, parts):
     for path in messy:
         whole = read("otlp", path)
@@ -122,6 +122,8 @@ def test_the_parts_read_exactly_what_one_reader_reads(messy, parts):
         got = [read_otlp_part(path, data, (i, parts)) for i in range(parts)]
         shares = [screen_otlp_lines(data, (i, parts)) for i in range(parts)]
         assert all(share is None for share in shares) == (path.suffix == ".json")  # a document is never screened
+        assert all(share.typecode == ("B" if parts <= 8 else "H") for share in shares if share is not None)
+        assert screen_otlp_lines(data, (0, 65)) is None  # wider than any mask: each worker screens every line
         shared = [read_otlp_part(path, data, (i, parts), shares) for i in range(parts)]  # each line screened once
         assert [(_keys(b.spans), b.logs, b.skipped, n) for b, n in shared] == [(_keys(b.spans), b.logs, b.skipped, n)
                                                                                for b, n in got]

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import zlib
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -257,26 +258,31 @@ def otlp_json_bytes(path: Path) -> bytes | None:
     return None if _is_binary(data) else data
 
 
-ScreenedLines = list[int]
+ScreenedLines = array
 """One part's share of screening a JSON-lines file (`screen_otlp_lines`): for line n (from 1) with
-(n - 1) % parts == index, at (n - 1) // parts, the parts its text can hold spans of, as bits (-1: all)."""
+(n - 1) % parts == index, at (n - 1) // parts, the parts its text can hold spans of, one bit each
+(all bits set: it cannot tell, every part parses the line). An array, so that a share of a file of
+many short lines is a few bytes a line through the pipes, not a list of Python ints."""
 
 
 def screen_otlp_lines(data: bytes, part: TracePart) -> ScreenedLines | None:
     """`part`'s share of screening an OTLP/JSON file's lines for the parts they hold (`trace_parts_named`),
     so that workers screen a line once between them, not once each (`read_otlp_part`'s `screened`).
     None for a file whose first line is not a whole object: one document over many lines is parsed
-    whole, never screened (a wrong guess costs time only: such a file's lines are never looked up)."""
+    whole, never screened (a wrong guess costs time only: such a file's lines are never looked up);
+    and for more parts than 64, the widest mask."""
     index, parts = part
+    code = next((code for code in "BHLQ" if array(code).itemsize * 8 >= parts), None)
     end = data.find(b"\n")
     first = (data if end < 0 else data[:end]).strip()
-    if first[:1] != b"{" or first[-1:] != b"}":
+    if code is None or first[:1] != b"{" or first[-1:] != b"}":
         return None
-    screened: ScreenedLines = []
+    every = (1 << array(code).itemsize * 8) - 1
+    screened = array(code)
     for number, line in enumerate(_lines(data)):
         if number % parts == index:
             named = otlp_json.trace_parts_named(line, parts) if line.strip() else set()
-            screened.append(-1 if named is None else sum(1 << p for p in named))
+            screened.append(every if named is None else sum(1 << p for p in named))
     return screened
 
 
