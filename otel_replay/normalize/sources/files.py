@@ -270,7 +270,7 @@ def screen_otlp_lines(data: bytes, part: TracePart) -> ScreenedLines | None:
     so that workers screen a line once between them, not once each (`read_otlp_part`'s `screened`).
     None for a file whose first line is not a whole object: one document over many lines is parsed
     whole, never screened (a wrong guess costs time only: such a file's lines are never looked up);
-    and for more parts than 64, the widest mask."""
+    None too for more than 64 parts, more than the widest mask holds (each part screens every line)."""
     index, parts = part
     code = next((code for code in "BHLQ" if array(code).itemsize * 8 >= parts), None)
     end = data.find(b"\n")
