@@ -1,6 +1,6 @@
 """Attribute a failure in a trace imported from LangSmith: which step gave the wrong answer?
 
-    python examples/import_langsmith.py [--store DIR] [--runs FILE] [--rollouts 30]
+    python examples/import_langsmith.py [--store DIR] [--runs FILE] [--rollouts N]
 
 The trace (`../shared/fixtures/langsmith/trace_wrong_answer.runs.json`, a LangGraph ReAct agent
 exported with the LangSmith SDK) answers "What's the dollar discount on a $2,340 jacket that is
@@ -164,7 +164,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", type=Path, help="store directory (default: a fresh temporary directory)")
     parser.add_argument("--runs", type=Path, default=FIXTURE, help=f"the LangSmith export (default {FIXTURE})")
-    parser.add_argument("--rollouts", type=int, default=30, help="rollouts per plan (default 30)")
+    parser.add_argument("--rollouts", type=int, help="a fixed number of rollouts per plan (default: until decided)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if not args.runs.is_file():

@@ -1,6 +1,6 @@
 """The nightly batch: run the service under load, then attribute every failing trace and aggregate.
 
-    python examples/service/run_batch.py [--store DIR] [-n 20] [--rollouts 20]
+    python examples/service/run_batch.py [--store DIR] [-n 20] [--max-rollouts 400]
 
 1. starts `app.py` in the background on a free port (store: `--store`, default a fresh temp dir),
 2. runs `load.py` against it (N support questions; it prints how many were refunded correctly),
@@ -40,13 +40,19 @@ FAILING = ("root_name = 'POST /ask' and service_name = 'support-service' and tra
            "(select trace_id from steps where kind = 'tool' and name = 'issue_refund')")
 
 
+VERDICT_EXITS = (0, 3, 4, 5)  # `attribute`: culprit found, no culprit, undecided, unreplayable
+
+
 def otel_replay(store: Path, *args: str) -> None:
-    """Run the `otel-replay` command (the one installed beside this interpreter, else via -c)."""
+    """Run the `otel-replay` command (the one installed beside this interpreter, else via -c); an
+    exit status that reports a verdict is not an error here."""
     exe = Path(sys.executable).with_name("otel-replay")
     found = str(exe) if exe.exists() else shutil.which("otel-replay")
     command = [found] if found else [sys.executable, "-c", "from otel_replay.cli import main; main()"]
     print(f"$ otel-replay --store {store} {' '.join(args)}", flush=True)
-    subprocess.run([*command, "--store", str(store), *args], check=True)
+    done = subprocess.run([*command, "--store", str(store), *args])
+    if done.returncode not in VERDICT_EXITS:
+        raise subprocess.CalledProcessError(done.returncode, done.args)
 
 
 def start_service(store: Path, seed: int) -> tuple[subprocess.Popen[str], str]:
@@ -77,7 +83,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", type=Path, help="store directory (default: a fresh temporary directory)")
     parser.add_argument("-n", "--requests", type=int, default=20, help="questions the load sends (default 20)")
-    parser.add_argument("--rollouts", type=int, default=20, help="rollouts per plan (default 20)")
+    parser.add_argument("--max-rollouts", type=int, default=400,
+                        help="cap per plan while rollouts are added until each step is decided (default 400)")
     parser.add_argument("--model-seed", type=int, default=2,
                         help="the service's simulated model seed (default 2: 3 of the 20 default questions fail)")
     args = parser.parse_args()
@@ -101,7 +108,7 @@ def main() -> None:
         print("no failing traces this time: nothing to attribute")
         return
     otel_replay(store, "attribute", "--where", FAILING, "--policies", POLICIES, "--verifier", VERIFIER,
-                "--rollouts", str(args.rollouts), "--concurrency", "8")
+                "--max-rollouts", str(args.max_rollouts), "--concurrency", "8")
     otel_replay(store, "aggregate")
     print(f"store: {store}")
 

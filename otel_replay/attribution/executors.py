@@ -1,7 +1,7 @@
 """Where rollouts run: a thread pool in this process, or Ray actors on a cluster.
 
 Every rollout is a pure function of (trajectory, plan, seed), so an executor only decides where
-`RolloutRunner.rollout` runs. Rows come back to the driver, which records them (`RolloutRunner.record`:
+`RolloutRunner.rollout` runs (the default, a thread pool here, is `rollouts.LocalExecutor`). Rows come back to the driver, which records them (`RolloutRunner.record`:
 redacts policy-made text, remembers them) and writes them as they arrive, so resuming, the store
 and the results are the same whichever engine ran them.
 
@@ -18,17 +18,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
-if TYPE_CHECKING:
-    from otel_replay.attribution.rollouts import Budget, RolloutRunner, RolloutSpec
-    from otel_replay.attribution.verifiers import Verifier
-    from otel_replay.replay.policies import Registry
-    from otel_replay.trajectory import Trajectory
+from otel_replay.attribution import verifiers
+from otel_replay.attribution.plans import Budget, BudgetExhausted, RolloutSpec
+from otel_replay.attribution.rollouts import Executor, RolloutRunner, Row
+from otel_replay.replay.policies import Registry
+from otel_replay.trajectory import Trajectory
 
-Row = dict[str, Any]
 ENGINES = ("local", "ray")
 RAY_INSTALL = "pip install 'otel-replay[ray]'"
 MAX_ROLLOUTS_PER_TASK = 8
@@ -36,24 +34,6 @@ MAX_ROLLOUTS_PER_TASK = 8
 
 class EngineError(Exception):
     """The chosen engine cannot run this job: ray is missing, unreachable, or its workers lack a policy."""
-
-
-class Executor(Protocol):
-    def map(self, runner: RolloutRunner, trajectory: Trajectory, specs: Sequence[RolloutSpec]) -> list[Row | None]:
-        """Run the specs; rows in spec order (None: cut off by the budget), each handed to the
-        runner's `on_row` as it arrives."""
-        ...
-
-
-class LocalExecutor:
-    """Threads in this process; sync policies run in the threads, async ones on each thread's own loop."""
-
-    def __init__(self, concurrency: int) -> None:
-        self.concurrency = max(1, concurrency)
-
-    def map(self, runner: RolloutRunner, trajectory: Trajectory, specs: Sequence[RolloutSpec]) -> list[Row | None]:
-        with ThreadPoolExecutor(self.concurrency) as pool:
-            return list(pool.map(lambda spec: runner._one(trajectory, spec), specs))
 
 
 # -- the worker side (runs in Ray worker processes) --------------------------------------------------
@@ -72,21 +52,20 @@ class WorkerJob:
     limit: int | None
 
 
-_LOADED: dict[tuple[str | None, str], tuple[Registry, Verifier]] = {}
+_LOADED: dict[tuple[str | None, str], tuple[Registry, verifiers.Verifier]] = {}
 
 
-def worker_policies(policies_spec: str | None, verifier_spec: str) -> tuple[Registry, Verifier]:
+def worker_policies(policies_spec: str | None, verifier_spec: str) -> tuple[Registry, verifiers.Verifier]:
     """The registry and verifier of a spec pair, built once per process."""
     key = (policies_spec, verifier_spec)
     if key not in _LOADED:
-        from otel_replay.attribution.job import build_verifier
         from otel_replay.replay import policies
 
         policies.registry.clear()  # exactly what the spec registers, not what an earlier spec left
         policies.load_entry_points()
         if policies_spec:
             policies.load_module(policies_spec)
-        _LOADED[key] = (policies.registry.copy(), build_verifier(verifier_spec))
+        _LOADED[key] = (policies.registry.copy(), verifiers.build(verifier_spec))
     return _LOADED[key]
 
 
@@ -106,8 +85,6 @@ class ActorBudget:
     def take(self) -> None:
         import ray
 
-        from otel_replay.attribution.rollouts import BudgetExhausted
-
         if not ray.get(self.counter.take.remote()):
             raise BudgetExhausted(f"the budget of {self.limit} policy calls is spent")
         self.spent += 1
@@ -122,8 +99,6 @@ class ActorBudget:
 def run_rollouts(job: WorkerJob, trajectory: Trajectory, specs: list[RolloutSpec], counter: Any
                  ) -> tuple[list[Row | None], int]:
     """One chunk on a worker: the rows of `specs`, in order, and the policy calls they spent."""
-    from otel_replay.attribution.rollouts import Budget, RolloutRunner
-
     registry, verifier = worker_policies(job.policies, job.verifier)
     budget: Any = Budget(None) if counter is None else ActorBudget(counter, job.limit)
     runner = RolloutRunner(job.job_id, registry, verifier, job.threshold, job.seed, 1, budget, job.credit,

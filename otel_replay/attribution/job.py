@@ -19,17 +19,34 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from otel_replay.attribution import repair as repair_search
 from otel_replay.attribution import verifiers
-from otel_replay.attribution.contrastive import ContrastiveScan, ScanOptions, StepEstimate
-from otel_replay.attribution.executors import Executor
+from otel_replay.attribution.contrastive import (
+    ContrastiveScan,
+    RunnerOutcomes,
+    ScanOptions,
+    StepEstimate,
+    label,
+)
+from otel_replay.attribution.explain import explain
 from otel_replay.attribution.lock import JobLock, JobLocked
-from otel_replay.attribution.result import AttributionResult, explain, step_rows
-from otel_replay.attribution.rollouts import Budget, RolloutRunner, RolloutSpec
+from otel_replay.attribution.plans import Budget, RolloutSpec
+from otel_replay.attribution.result import (
+    AttributionResult,
+    finding_verdict,
+    shapley_finding,
+    step_rows,
+)
+from otel_replay.attribution.rollouts import Executor, RolloutRunner
+from otel_replay.attribution.sequential import (
+    DEFAULT_ALPHA,
+    DEFAULT_EPSILON,
+    DEFAULT_MAX_ROLLOUTS,
+    Design,
+)
 from otel_replay.normalize.redact import RedactionConfigError, Redactor
 from otel_replay.replay import ReplayPlan
 from otel_replay.replay.engine import DEFAULT_POLICY_TIMEOUT_S
@@ -52,9 +69,10 @@ class JobParams:
     verifier: str  # how to rebuild it: "module:fn", "contains:TEXT", "regex:RE", "json-schema:FILE"
     threshold: float = 0.5
     method: str = "contrastive"  # contrastive, shapley, both
-    rollouts: int = 30
-    adaptive: bool = False
-    target_width: float = 0.3
+    rollouts: int | None = None  # fixed rollouts per plan; None: sequential, up to max_rollouts
+    max_rollouts: int = DEFAULT_MAX_ROLLOUTS  # the cap per plan of sequential sampling
+    epsilon: float = DEFAULT_EPSILON  # the practical-equivalence band: effects within +-epsilon are "no effect"
+    alpha: float = DEFAULT_ALPHA  # the error rate, over every step the search tests
     full: bool = False
     repair: bool = False
     concurrency: int = 4
@@ -64,23 +82,32 @@ class JobParams:
     policies: str | None = None
     shapley_permutations: int = 20
     policy_timeout_s: float | None = DEFAULT_POLICY_TIMEOUT_S  # per policy call; None: no limit
-    search: str = "scan"  # contrastive search: scan every step backwards, or gallop (blocks, then bisection)
+    search: str = "scan"  # contrastive search: scan every step backwards, or gallop (blocks, then halves)
     redact: bool = True  # redact policy-made text before it is stored (the built-in detectors) ...
     redact_rules: str | None = None  # ... or with these rules (a YAML or JSON file, as `--redact-rules`)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
+    @classmethod
+    def from_json(cls, text: str) -> JobParams:
+        """Stored parameters, those of older versions included (`adaptive` capped each plan at
+        `rollouts`; `target_width` is gone)."""
+        data = json.loads(text)
+        if data.pop("adaptive", False):
+            data["max_rollouts"], data["rollouts"] = data.get("rollouts") or DEFAULT_MAX_ROLLOUTS, None
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def design(self) -> Design:
+        """How the contrastive search decides: fixed rollouts per plan, or sequential up to the cap."""
+        if self.rollouts is not None:
+            return Design.fixed(self.rollouts, alpha=self.alpha, epsilon=self.epsilon)
+        return Design.sequential(self.max_rollouts, alpha=self.alpha, epsilon=self.epsilon)
+
 
 def build_verifier(spec: str) -> verifiers.Verifier:
-    kind, _, value = spec.partition(":")
-    if kind == "contains":
-        return verifiers.expect_contains(value)
-    if kind == "regex":
-        return verifiers.expect_regex(value)
-    if kind == "json-schema":
-        return verifiers.expect_json_schema(Path(value))
-    return verifiers.load(spec)
+    return verifiers.build(spec)
 
 
 def build_redactor(redact: bool, rules: str | None) -> Redactor | None:
@@ -116,7 +143,7 @@ def load_params(store: Store, job_id: str) -> tuple[JobParams, int]:
         con.close()
     if not rows:
         raise AttributionError(f"no job {job_id!r} in the store at {store.root} (list them with `otel-replay jobs`)")
-    return JobParams(**json.loads(rows[0]["params"])), rows[0]["created_ns"]
+    return JobParams.from_json(rows[0]["params"]), rows[0]["created_ns"]
 
 
 def new_job_id() -> str:
@@ -143,7 +170,7 @@ class Job:
     executor: Executor | None = None  # where rollouts run (None: a thread pool of params.concurrency)
 
     def __post_init__(self) -> None:
-        self.verifier = build_verifier(self.params.verifier)
+        self.verifier = verifiers.build(self.params.verifier)
         self.redactor = build_redactor(self.params.redact, self.params.redact_rules)
         self.progress = JobProgress()
         self.budget = Budget(self.params.max_policy_calls)
@@ -235,10 +262,12 @@ class Job:
             self._state("failed", f"{type(exc).__name__}: {exc}"[:500])
             raise
         status = "partial" if self.budget.exhausted else "done"
-        notes = ["the policy-call budget ran out; results are partial"] if status == "partial" else []
+        notes = [summary(results)]
+        if status == "partial":
+            notes.append(f"the budget of {self.params.max_policy_calls} policy calls ran out")
         if self.errored:
-            notes.append(f"{self.errored} rollouts errored (a policy raised or timed out) and were left out of "
-                         "the estimates")
+            notes.append(f"{self.errored} rollouts errored (a policy raised or timed out) and were left out of the "
+                         "estimates")
         self._state(status, "; ".join(notes) or None)
         return results
 
@@ -255,33 +284,41 @@ class Job:
                 f"{recorded_score:.2f}, threshold {p.threshold}); attributing a "
                 f"{'failing' if p.credit else 'passing'} run is an error"
                 + ("" if p.credit else " (use --credit to find which step secured the success)"))
-        options = ScanOptions(rollouts=p.rollouts, adaptive=p.adaptive, target_width=p.target_width, full=p.full,
-                              max_rollouts=max(p.rollouts, 10), search=p.search)  # with --adaptive, --rollouts caps each plan
-        scan = ContrastiveScan(trajectory, runner, options,
-                               on_step=lambda est: self._lead(trajectory, est))
-        estimates = scan.run() if p.method in ("contrastive", "both") else []
+        resamplable = [s.index for s in trajectory.steps if runner.can_resample(trajectory, s.index)]
+        fixed = {s.index: "observation-only" if s.observation_only else "no policy"
+                 for s in trajectory.steps if s.index not in resamplable}
+        source = RunnerOutcomes(trajectory, runner, resamplable)
+        options = ScanOptions(p.design(), full=p.full, search=p.search)
+        scan = ContrastiveScan([s.index for s in trajectory.steps], len(trajectory), resamplable, source, options,
+                               fixed, on_step=lambda est: self._lead(trajectory, est))
+        estimates: list[StepEstimate] = scan.run() if p.method in ("contrastive", "both") else []
+        finding = label({e.index: e for e in estimates}, resamplable) if estimates else None
         rows = step_rows(trajectory, estimates) if estimates else []
-        culprit = next((r for r in rows if r["culprit"]), None)
         shapley: list[dict[str, Any]] = []
-        if p.method in ("shapley", "both"):
+        if p.method in ("shapley", "both") and resamplable:
             from otel_replay.attribution.shapley import shapley_values
 
-            shapley = shapley_values(trajectory, runner, scan.resamplable, p.shapley_permutations)
+            shapley = shapley_values(trajectory, runner, resamplable, p.shapley_permutations, p.alpha, p.epsilon)
+        if finding is None:
+            finding = shapley_finding(shapley, resamplable)
+        culprit = next((r for r in rows if r["culprit"]), None)
+        if culprit is None and finding.culprit is not None and not rows:  # Shapley alone names it
+            culprit = shapley_culprit(trajectory, shapley, finding.culprit)
         repair = None
-        if p.repair and culprit is not None:
-            tried = repair_search.search(trajectory, runner, culprit["index"], scan.resamplable,
-                                         scan.held_rows(culprit["index"]), max(10, p.rollouts // 2))
+        if p.repair and finding.culprit is not None:
+            tried = repair_search.search(trajectory, runner, finding.culprit, resamplable,
+                                         source.held_rows(finding.culprit), p.design(), p.alpha)
             repair = tried[0] if tried else None
-        verdict = ("partial" if self.budget.exhausted else "culprit-found" if culprit else
-                   "unreplayable" if rows and all(r["verdict"] in ("unreplayable", "observation-only", "no policy")
-                                                   for r in rows) else "no-culprit")
+        verdict = finding_verdict(finding, resamplable, estimates, shapley)
         result = AttributionResult(
             job_id=self.job_id, trace_id=trajectory.trace_id, method=p.method, verdict=verdict,
             recorded_score=recorded_score, threshold=p.threshold, credit=p.credit, steps=rows, culprit=culprit,
-            rollouts=sum(1 for r in runner.done.values()), policy_calls=sum(r["policy_calls"] for r in runner.done.values()),
-            repair=asdict(repair) if repair else None,
-            explanation=explain(trajectory, rows, culprit, repair, recorded_score, p.credit),
-            adaptive=p.adaptive, shapley=shapley)
+            rollouts=len(runner.done), policy_calls=sum(r["policy_calls"] for r in runner.done.values()),
+            repair=asdict(repair) if repair else None, explanation={}, alpha=p.alpha, epsilon=p.epsilon,
+            sequential=p.rollouts is None, max_rollouts=p.rollouts or p.max_rollouts, tests=scan.design.tests,
+            candidates=list(finding.candidates), untested=list(finding.untested),
+            budget_exhausted=self.budget.exhausted, max_policy_calls=p.max_policy_calls, shapley=shapley)
+        result.explanation = explain(trajectory, result, repair, runner)
         self._write_results(trajectory, result)
         return result
 
@@ -302,8 +339,25 @@ class Job:
             "kind": trajectory.step(s["index"]).kind, "agent_name": trajectory.step(s["index"]).agent,
             "method": "shapley", "estimate": s["value"], "ci_low": s["ci_low"], "ci_high": s["ci_high"],
             "fail_held": None, "fail_resampled": None, "n_held": s["samples"], "n_resampled": None,
-            "verdict": s["verdict"], "culprit": False, "rank": s["rank"]} for s in result.shapley]
+            "verdict": s["verdict"], "culprit": bool(s.get("culprit")), "rank": s["rank"]} for s in result.shapley]
         write_rows(self.store.root, "result_rows", rows)
         write_rows(self.store.root, "report_rows", [{"job_id": self.job_id, "trace_id": trajectory.trace_id,
                                                      "written_ns": time.time_ns(),
                                                      "report": json.dumps(result.report(), ensure_ascii=False)}])
+
+
+def shapley_culprit(trajectory: Trajectory, shapley: list[dict[str, Any]], index: int) -> dict[str, Any]:
+    """The culprit entry of a Shapley-only result (its value as the estimate)."""
+    value = next(s for s in shapley if s["index"] == index)
+    step = trajectory.step(index)
+    return {"index": index, "span_id": step.span_id, "name": step.name, "kind": step.kind, "agent": step.agent,
+            "estimate": value["value"], "ci_low": value["ci_low"], "ci_high": value["ci_high"],
+            "fail_held": None, "fail_resampled": None, "verdict": "decisive", "culprit": True, "output": ""}
+
+
+def summary(results: list[AttributionResult]) -> str:
+    """The verdicts of a job's traces in a few words, for `otel-replay jobs`."""
+    counts: dict[str, int] = {}
+    for result in results:
+        counts[result.verdict] = counts.get(result.verdict, 0) + 1
+    return ", ".join(f"{n} {verdict}" for verdict, n in counts.items()) or "no traces"

@@ -1,16 +1,26 @@
-"""`AttributionResult`: everything a report shows, and a plain-language explanation."""
+"""`AttributionResult`: everything a report shows, and the trace-level verdict.
+
+Trace verdicts: `culprit-found` (one step is the point of commitment: its effect is real and
+every later re-decidable step was decided), `undecided` (the data do not single out one step:
+`candidates` are the latest harmful step and the undecided steps after it, or the budget ran out
+first), `no-culprit` (every re-decidable step was decided, none harmful), `unreplayable` (no step
+could be re-decided). Reports written before `undecided` existed may say `partial` (the budget
+ran out).
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from otel_replay.attribution.contrastive import StepEstimate
-from otel_replay.attribution.repair import Repair
+from otel_replay.attribution.contrastive import Finding, StepEstimate
 from otel_replay.normalize.messages import message_text
 from otel_replay.trajectory import Trajectory
 
 REPORT_SCHEMA = "otel-replay/attribution-report/1"
+TRACE_VERDICTS = ("culprit-found", "no-culprit", "undecided", "unreplayable")
+STEP_VERDICTS = ("decisive", "contributing", "locked-in", "no effect", "protective", "undecided",
+                 "observation-only", "no policy", "unreplayable", "not scored")
 
 
 @dataclass(slots=True)
@@ -18,7 +28,7 @@ class AttributionResult:
     job_id: str
     trace_id: str
     method: str
-    verdict: str  # culprit-found, no-culprit, unreplayable, partial
+    verdict: str  # one of TRACE_VERDICTS
     recorded_score: float
     threshold: float
     credit: bool
@@ -29,7 +39,14 @@ class AttributionResult:
     repair: dict[str, Any] | None
     explanation: dict[str, str]
     alpha: float = 0.05
-    adaptive: bool = False
+    epsilon: float = 0.1
+    sequential: bool = True  # rollouts added look by look; False: a fixed number per plan
+    max_rollouts: int = 400  # the cap per plan (sequential) or the fixed number
+    tests: int = 1  # contrasts the search could test; alpha is split over them
+    candidates: list[int] = field(default_factory=list)
+    untested: list[int] = field(default_factory=list)
+    budget_exhausted: bool = False
+    max_policy_calls: int | None = None
     shapley: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -44,7 +61,7 @@ class AttributionResult:
         return {"schema": REPORT_SCHEMA, **data}
 
 
-def _preview(outputs: Any) -> str:
+def preview(outputs: Any) -> str:
     parts = []
     for message in outputs or []:
         text = message_text(message)
@@ -66,34 +83,39 @@ def step_rows(trajectory: Trajectory, estimates: list[StepEstimate]) -> list[dic
             "held_ci": list(est.held_ci) if est.held_ci else None,
             "resampled_ci": list(est.resampled_ci) if est.resampled_ci else None,
             "n_held": est.n_held, "n_resampled": est.n_resampled, "verdict": est.verdict, "culprit": est.culprit,
-            "rank": rank.get(est.index), "output": _preview(step.outputs),
+            "rank": rank.get(est.index), "output": preview(step.outputs), "stopped": est.stopped,
+            "to_decide": est.to_decide, "calls_per_rollout": est.calls_per_rollout,
         })
     return out
 
 
-def explain(trajectory: Trajectory, rows: list[dict[str, Any]], culprit: dict[str, Any] | None,
-            repair: Repair | None, recorded_score: float, credit: bool) -> dict[str, str]:
-    outcome = "succeeded" if credit else "failed"
-    what = (f"The run {outcome} (verifier score {recorded_score:.2f}). Final output: "
-            f"{trajectory.final_output[:200]!r}")
-    if culprit is None:
-        return {"what": what, "where": "No single step's decision changes the outcome significantly.",
-                "why": "Re-deciding each scanned step left the failure rate within its interval of the held run; "
-                       "the failure may be spread across steps or due to chance.",
-                "fix": "Add rollouts (--rollouts or --adaptive) or profile every step with --full.",
-                "causal_trace": ""}
-    c = culprit
-    where = f"Step {c['index']} ({c['kind']} {c['name']}{', agent ' + c['agent'] if c.get('agent') else ''}): {c['output']!r}"
-    verb = "succeeds" if credit else "fails"
-    why = (f"With steps up to {c['index']} as recorded, the run {verb} "
-           f"{100 * (c['fail_held'] or 0):.0f}% of the time; re-deciding step {c['index']} brings that to "
-           f"{100 * (c['fail_resampled'] or 0):.0f}% (difference {c['estimate']:.2f}, "
-           f"95% interval [{c['ci_low']:.2f}, {c['ci_high']:.2f}]). Later steps cannot undo it: "
-           "it is the point of no return.")
-    if repair is not None and repair.valid:
-        fix = (f"Replace step {repair.step_index}'s output with {_preview(repair.output)!r}: the run then fails "
-               f"{100 * repair.fail_rate:.0f}% of the time ({repair.rollouts} rollouts), drift {repair.drift:.2f}.")
-    else:
-        fix = "No validated repair was found for this step."
-    chain = [f"{r['index']}:{r['name']}[{r['verdict']}]" for r in rows if r["index"] <= c["index"]]
-    return {"what": what, "where": where, "why": why, "fix": fix, "causal_trace": " → ".join(chain)}
+def shapley_finding(shapley: list[dict[str, Any]], resamplable: list[int]) -> Finding:
+    """What Shapley values alone say: a culprit when one step's value is clearly above zero and
+    above every other step's interval; candidates when several steps share the failure or are
+    undecided."""
+    contributing = [s for s in shapley if s["verdict"] == "contributing"]
+    undecided = [s for s in shapley if s["verdict"] == "undecided"]
+    if len(contributing) >= 1:
+        lead = max(contributing, key=lambda s: s["value"])
+        if all(lead["ci_low"] > s["ci_high"] for s in shapley if s is not lead) and not undecided:
+            lead["culprit"] = True
+            return Finding(lead["index"], (), ())
+    candidates = tuple(sorted((s["index"] for s in contributing + undecided), reverse=True))
+    return Finding(None, candidates, tuple(i for i in resamplable if not any(s["index"] == i for s in shapley)))
+
+
+def finding_verdict(finding: Finding, resamplable: list[int], estimates: list[StepEstimate],
+                    shapley: list[dict[str, Any]]) -> str:
+    if not resamplable:
+        return "unreplayable"
+    if finding.culprit is not None:
+        return "culprit-found"
+    if finding.candidates or finding.untested:
+        return "undecided"
+    tested = [e for e in estimates if e.index in resamplable]
+    if tested and all(e.verdict == "unreplayable" for e in tested):
+        return "unreplayable"
+    if any(e.verdict in ("undecided", "unreplayable") for e in tested) or \
+            any(s["verdict"] == "undecided" for s in shapley):
+        return "undecided"
+    return "no-culprit"

@@ -3,8 +3,11 @@
 v(S) = P(fail | the steps in S held as recorded, every other resamplable step re-decided).
 Each permutation adds steps one at a time; every coalition value is a fresh rollout (never
 cached, so the estimate stays unbiased), and each permutation is paired with its reverse
-(antithetic sampling lowers the variance). The interval on each value is the normal
-approximation over the per-pair marginal contributions.
+(antithetic sampling lowers the variance). The interval on each value is Student's t over the
+per-pair marginal contributions, at alpha split over the steps (Bonferroni): an approximation
+(the contributions are bounded, so it improves quickly with more pairs), stated as such. A value
+is `contributing` when its interval is above 0, `protective` below 0, `no effect` inside ±epsilon,
+else `undecided`.
 """
 
 from __future__ import annotations
@@ -15,15 +18,12 @@ from typing import Any
 import numpy as np
 
 from otel_replay.attribution import stats
-from otel_replay.attribution.rollouts import RolloutRunner, RolloutSpec
-from otel_replay.replay import ReplayPlan
-from otel_replay.replay.plan import Action, Intervention
+from otel_replay.attribution.plans import RolloutSpec, coalition_plan
+from otel_replay.attribution.rollouts import RolloutRunner
+from otel_replay.attribution.sequential import HARMFUL, NEGLIGIBLE, PROTECTIVE, classify
 from otel_replay.trajectory import Trajectory
 
-
-def coalition_plan(resamplable: list[int], held: frozenset[int]) -> ReplayPlan:
-    return ReplayPlan(tuple((j, Intervention(Action.RESAMPLE)) for j in resamplable if j not in held),
-                      label=f"coalition({sorted(held)})")
+VERDICTS = {HARMFUL: "contributing", PROTECTIVE: "protective", NEGLIGIBLE: "no effect"}
 
 
 def _value(trajectory: Trajectory, runner: RolloutRunner, resamplable: list[int], held: frozenset[int],
@@ -34,8 +34,8 @@ def _value(trajectory: Trajectory, runner: RolloutRunner, resamplable: list[int]
     return 1.0 if rows[0]["failed"] else 0.0
 
 
-def shapley_values(trajectory: Trajectory, runner: RolloutRunner, resamplable: list[int], pairs: int
-                   ) -> list[dict[str, Any]]:
+def shapley_values(trajectory: Trajectory, runner: RolloutRunner, resamplable: list[int], pairs: int,
+                   alpha: float = 0.05, epsilon: float = 0.1) -> list[dict[str, Any]]:
     rng = random.Random(f"shapley:{trajectory.trace_id}:{runner.seed}")
     contributions: dict[int, list[float]] = {i: [] for i in resamplable}
     draw = 0
@@ -59,11 +59,14 @@ def shapley_values(trajectory: Trajectory, runner: RolloutRunner, resamplable: l
         if runner.budget.exhausted:
             break
     out = []
+    each = alpha / max(1, len(resamplable))
     for step in resamplable:
-        value, low, high = stats.mean_interval(np.array(contributions[step]))
-        verdict = "contributing" if low > 0 else "no effect" if high >= 0 else "protective"
-        out.append({"index": step, "value": value, "ci_low": low, "ci_high": high,
-                    "samples": len(contributions[step]), "verdict": verdict})
+        value, low, high = stats.mean_interval(np.array(contributions[step]), each)
+        recorded = trajectory.step(step)
+        out.append({"index": step, "span_id": recorded.span_id, "name": recorded.name, "kind": recorded.kind,
+                    "value": value, "ci_low": low, "ci_high": high,
+                    "samples": len(contributions[step]),
+                    "verdict": VERDICTS.get(classify(low, high, epsilon), "undecided"), "culprit": False})
     for rank, entry in enumerate(sorted(out, key=lambda e: -e["value"]), start=1):
         entry["rank"] = rank
     return out

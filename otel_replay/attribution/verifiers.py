@@ -57,6 +57,18 @@ def expect_json_schema(path: Path) -> Verifier:
     return verify
 
 
+def build(spec: str) -> Verifier:
+    """A verifier from its spec: "contains:TEXT", "regex:RE", "json-schema:FILE" or "pkg.mod:fn"."""
+    kind, _, value = spec.partition(":")
+    if kind == "contains":
+        return expect_contains(value)
+    if kind == "regex":
+        return expect_regex(value)
+    if kind == "json-schema":
+        return expect_json_schema(Path(value))
+    return load(spec)
+
+
 def load(spec: str) -> Verifier:
     """`pkg.mod:fn`."""
     module_name, _, attr = spec.partition(":")

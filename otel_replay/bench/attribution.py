@@ -8,8 +8,9 @@ Three measurements, in one run:
    when the last turn's choice was bad. The recorded run chose bad on the last turn only; a
    re-decided turn chooses bad with probability `P_BAD`. So the culprit is the last decision,
    three steps from the end, re-deciding it fixes the run 90% of the time, and every other step
-   has no effect. otel-replay attributes the stored trace (contrastive backward scan, a fixed
-   `OTEL_ROLLOUTS`, and `--adaptive`); agent_replay attributes the same agent written with its API
+   has no effect. otel-replay attributes the stored trace (contrastive backward scan at its
+   defaults, rollouts added until each step is decided, and at a fixed `OTEL_ROLLOUTS` per plan);
+   agent_replay attributes the same agent written with its API
    (`Session.record`, `ctx.llm` / `ctx.tool` with `produce=` callables drawing from `ctx.rng`),
    with method "contrastive" and "both" at the rollouts its README suggests (60). Policies are
    instant pure-Python functions on both sides (no HTTP), so what is compared is engine and
@@ -22,9 +23,9 @@ Three measurements, in one run:
    whole job's wall time (`Job.run()`). The job's store I/O (loading the trajectory, the resume
    query, writing its rollout, result and job rows) is timed the same way and shown beside it.
 3. Concurrency: the same job (same seed, same result) on a small planted agent whose policies
-   sleep `LATENCY_S` before answering, at concurrency 1 and 32. A scan samples one boundary at a
-   time, so at most `rollouts` rollouts run at once: the job uses as many rollouts per boundary
-   as the higher concurrency (32; 16 with --quick).
+   sleep `LATENCY_S` before answering (5 ms with --quick), at concurrency 1 and 32, at the
+   defaults: a scan samples two boundaries a look at a time (20 rollouts each at the first look,
+   then the increments to the next look), so that is how many rollouts run at once.
 
 agent_replay (`pip install trajectory-causal-attribution`) is optional: when it is not importable
 in this interpreter, its rows are marked skipped. Stores live in temporary directories, removed.
@@ -61,7 +62,7 @@ ANCHOR_MODULE = "agent_replay"
 ANCHOR_INSTALL = "pip install trajectory-causal-attribution"
 STEP_COUNTS = (6, 12)
 P_BAD = 0.1  # a re-decided turn chooses "bad" this often
-OTEL_ROLLOUTS = 20  # otel-replay's fixed rollouts per boundary
+OTEL_ROLLOUTS = 100  # otel-replay's fixed rollouts per boundary (enough to clear a step at epsilon 0.1)
 ANCHOR_ROLLOUTS = 60  # agent_replay's per step (its README's suggestion)
 VERIFIER = "otel_replay.bench.attribution:answered_ok"
 SEED = 0
@@ -71,22 +72,20 @@ LATENCY_STEPS = 5  # the concurrency agent: decide, work, decide (the culprit), 
 TARGET_CALLS_RATIO = 1 / 5  # otel-replay's calls <= 1/5 of agent_replay's contrastive calls
 TARGET_STATS_SHARE = 0.10
 TARGET_SPEEDUP = 15.0
-ADAPTIVE_BATCH = 10  # ScanOptions.batch, the adaptive scan's step
 T0 = 1_767_225_600_000_000_000  # 2026-01-01
-STATS_FUNCTIONS = ("wilson", "newcombe", "clopper_pearson", "cp_difference", "cs_radius",
-                   "confidence_sequence", "cs_difference", "mean_interval")
+STATS_FUNCTIONS = ("wilson", "clopper_pearson", "paired_difference", "mean_interval")
 ASSEMBLY_FUNCTIONS = ("step_rows", "explain")  # as job.py calls them
 
 
 @dataclass(frozen=True)
 class Sizes:
     repeats: int  # timed runs per configuration; the median wall time is reported
-    latency_rollouts: int  # rollouts per boundary in the concurrency job
+    latency_s: float  # how long each policy call of the concurrency job sleeps
     anchor_both: tuple[int, ...]  # the agent sizes agent_replay's method="both" runs on (it is slow)
 
 
-QUICK = Sizes(repeats=1, latency_rollouts=16, anchor_both=(6,))
-FULL = Sizes(repeats=3, latency_rollouts=32, anchor_both=STEP_COUNTS)
+QUICK = Sizes(repeats=1, latency_s=0.005, anchor_both=(6,))
+FULL = Sizes(repeats=3, latency_s=LATENCY_S, anchor_both=STEP_COUNTS)
 
 
 # -- the planted agent, as data ---------------------------------------------------------------------
@@ -274,7 +273,7 @@ def job_clock(job: Job) -> Iterator[Clock]:
 
 
 # -- one otel-replay job ----------------------------------------------------------------------------
-def _otel_job(agent: PlantedAgent, *, adaptive: bool = False, rollouts: int = OTEL_ROLLOUTS, method: str = "contrastive",
+def _otel_job(agent: PlantedAgent, *, rollouts: int | None = None, method: str = "contrastive",
               concurrency: int = 4, latency: float = 0.0, seed: int = SEED) -> dict[str, Any]:
     """Attribute the agent's stored trace in a fresh store; the job's wall time, calls and verdict."""
     root = Path(tempfile.mkdtemp(prefix="otel-replay-bench-attribution-"))
@@ -282,7 +281,7 @@ def _otel_job(agent: PlantedAgent, *, adaptive: bool = False, rollouts: int = OT
         trace_id = store_agent(root, agent)
         counter = Counter()
         registry = planted_policies(agent, counter, latency)
-        params = JobParams([trace_id], VERIFIER, rollouts=rollouts, adaptive=adaptive, concurrency=concurrency,
+        params = JobParams([trace_id], VERIFIER, rollouts=rollouts, concurrency=concurrency,
                            method=method, seed=seed)
         job = Job(Store(root), params, registry)
         with job_clock(job) as clock:
@@ -403,9 +402,9 @@ def _verdict_rows(sizes: Sizes, ar: Any | None) -> list[dict[str, Any]]:
     for steps in STEP_COUNTS:
         agent = PlantedAgent.of(steps)
         configs: list[tuple[str, str, Callable[[], dict[str, Any]] | str]] = [
-            ("otel-replay", f"contrastive, {OTEL_ROLLOUTS} rollouts", lambda agent=agent: _otel_job(agent)),
-            ("otel-replay", f"contrastive, --adaptive (batches of {ADAPTIVE_BATCH})",
-             lambda agent=agent: _otel_job(agent, adaptive=True)),
+            ("otel-replay", "contrastive, defaults (sequential)", lambda agent=agent: _otel_job(agent)),
+            ("otel-replay", f"contrastive, --rollouts {OTEL_ROLLOUTS}",
+             lambda agent=agent: _otel_job(agent, rollouts=OTEL_ROLLOUTS)),
         ]
         if ar is not None:
             configs.append(("agent_replay", f"contrastive, {ANCHOR_ROLLOUTS} rollouts",
@@ -443,14 +442,14 @@ def _concurrency(sizes: Sizes) -> dict[str, Any]:
     agent = PlantedAgent.of(LATENCY_STEPS)
 
     def job(concurrency: int) -> dict[str, Any]:
-        return _otel_job(agent, rollouts=sizes.latency_rollouts, concurrency=concurrency, latency=LATENCY_S)
+        return _otel_job(agent, concurrency=concurrency, latency=sizes.latency_s)
 
     # the sequential run is its sleeps, run once; the concurrent one, short and noisier, `repeats` times
     runs = {c: _repeat(lambda c=c: job(c), 1 if c == min(CONCURRENCY) else sizes.repeats) for c in CONCURRENCY}
     low, high = (runs[c] for c in CONCURRENCY)
     in_memory = {c: runs[c]["wall_s"] - runs[c]["store_s"] for c in CONCURRENCY}
-    return {"steps": agent.steps, "planted": agent.culprit, "rollouts": sizes.latency_rollouts,
-            "latency_ms": LATENCY_S * 1000, "concurrency": list(CONCURRENCY),
+    return {"steps": agent.steps, "planted": agent.culprit, "rollouts": high["rollouts"],
+            "latency_ms": sizes.latency_s * 1000, "concurrency": list(CONCURRENCY),
             "culprit": high["culprit"], "correct": low["correct"] and high["correct"],
             "policy_calls": high["policy_calls"], "repeats": {str(c): runs[c]["repeats"] for c in CONCURRENCY},
             "wall_s": {str(c): runs[c]["wall_s"] for c in CONCURRENCY},
@@ -517,7 +516,7 @@ def format_attribution_table(result: dict[str, Any]) -> str:
     c = result["concurrency"]
     lo, hi = c["concurrency"]
     lines += ["", f"2. Concurrency: a {c['steps']}-step planted agent whose policies sleep {c['latency_ms']:.0f} ms, "
-              f"{c['rollouts']} rollouts per boundary, the same seed (median of "
+              f"{c['rollouts']} rollouts at the defaults, the same seed (median of "
               f"{c['repeats'][str(hi)]} run(s) at {hi})", "",
               "| concurrency | wall s | store I/O s | culprit (planted) | policy calls |", "|---:|---:|---:|---:|---:|"]
     for n in c["concurrency"]:
@@ -538,12 +537,12 @@ def format_attribution_table(result: dict[str, Any]) -> str:
         lines.append(skipped + ".")
     correct = all(r["correct"] for r in result["rows"] if not r["skipped"]) and c["correct"]
     targets = [f"every verdict names the planted culprit: {_mark(correct)}"]
-    fixed = [r["calls_ratio"] for r in ours if r["calls_ratio"] is not None and "adaptive" not in r["config"]]
-    adaptive = [r["calls_ratio"] for r in ours if r["calls_ratio"] is not None and "adaptive" in r["config"]]
+    fixed = [r["calls_ratio"] for r in ours if r["calls_ratio"] is not None and "--rollouts" in r["config"]]
+    default = [r["calls_ratio"] for r in ours if r["calls_ratio"] is not None and "defaults" in r["config"]]
     if fixed:
-        targets.append(f"policy calls <= 1/{1 / t['calls_ratio']:.0f} of agent_replay contrastive: fixed rollouts "
-                       f"worst {max(fixed):.3f} ({_mark(max(fixed) <= t['calls_ratio'])}), --adaptive worst "
-                       f"{max(adaptive):.3f} ({_mark(max(adaptive) <= t['calls_ratio'])})")
+        targets.append(f"policy calls <= 1/{1 / t['calls_ratio']:.0f} of agent_replay contrastive: defaults worst "
+                       f"{max(default):.3f} ({_mark(max(default) <= t['calls_ratio'])}), --rollouts "
+                       f"{OTEL_ROLLOUTS} worst {max(fixed):.3f} ({_mark(max(fixed) <= t['calls_ratio'])})")
     worst_share = max(r["stats_share"] for r in ours)
     targets.append(f"statistics share <= {100 * t['stats_share']:.0f}%: worst {100 * worst_share:.1f}% "
                    f"({_mark(worst_share <= t['stats_share'])})")

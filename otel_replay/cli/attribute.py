@@ -19,6 +19,7 @@ from otel_replay.attribution import (
 )
 from otel_replay.attribution.executors import ENGINES, EngineError, make_executor
 from otel_replay.attribution.job import load_params, select_traces
+from otel_replay.attribution.sequential import DEFAULT_ALPHA, DEFAULT_EPSILON, DEFAULT_MAX_ROLLOUTS
 from otel_replay.cli.output import StoreCommand, console, output_options, print_rows
 from otel_replay.cli.privacy import redaction_options, redactor_from
 from otel_replay.cli.replaying import load_policies
@@ -74,20 +75,53 @@ def console_err() -> Any:
     return Console(stderr=True)
 
 
+EXIT_CODES = {"culprit-found": 0, "no-culprit": 3, "undecided": 4, "partial": 4, "unreplayable": 5}
+"""`attribute`'s exit status by trace verdict (a batch takes the first that applies of 4, 5, 3, 0); 1 is an
+error, 2 a usage error."""
+
+
+def exit_code(reports: list[dict[str, Any]]) -> int:
+    codes = {EXIT_CODES.get(r["verdict"], 1) for r in reports}
+    return next((c for c in (4, 5, 3) if c in codes), 0)
+
+
+def _number(value: float | None, sign: bool = True) -> str:
+    return "" if value is None else f"{value:+.2f}" if sign else f"{value:.2f}"
+
+
 def print_result(store: Store, report: dict[str, Any]) -> None:
-    table = Table(title=f"attribution of {report['trace_id']} · {report['verdict']}", header_style="bold")
-    for name in ("#", "kind", "name", "effect", "95% interval", "P(fail|held)", "P(fail|re-decided)", "n", "verdict"):
-        table.add_column(name)
-    for s in report["steps"]:
-        interval = f"[{s['ci_low']:+.2f}, {s['ci_high']:+.2f}]" if s["ci_low"] is not None else ""
-        table.add_row(str(s["index"]), s["kind"], s["name"], f"{s['estimate']:+.2f}" if s["estimate"] is not None else "",
-                      interval, f"{s['fail_held']:.2f}" if s["fail_held"] is not None else "",
-                      f"{s['fail_resampled']:.2f}" if s["fail_resampled"] is not None else "",
-                      f"{s['n_held']}/{s['n_resampled']}", ("★ " if s["culprit"] else "") + s["verdict"])
-    console().print(table)
+    verdict = report["verdict"]
+    if report.get("candidates") and verdict != "culprit-found":
+        verdict += " between steps " + ", ".join(str(i) for i in report["candidates"])
+    if report.get("steps"):
+        table = Table(title=f"attribution of {report['trace_id']} · {verdict}", header_style="bold")
+        for name in ("#", "kind", "name", "effect", _interval_header(report), "P(fail|held)", "P(fail|re-decided)",
+                     "n", "verdict"):
+            table.add_column(name)
+        for s in report["steps"]:
+            interval = f"[{s['ci_low']:+.2f}, {s['ci_high']:+.2f}]" if s["ci_low"] is not None else ""
+            table.add_row(str(s["index"]), s["kind"], s["name"], _number(s["estimate"]), interval,
+                          _number(s["fail_held"], False), _number(s["fail_resampled"], False),
+                          str(s["n_held"]) if s["n_held"] else "", ("★ " if s["culprit"] else "") + s["verdict"])
+        console().print(table)
+    if report.get("shapley"):
+        names = {s["index"]: (s["kind"], s["name"]) for s in report.get("steps") or []}
+        table = Table(title=f"Shapley values of {report['trace_id']}" + ("" if report.get("steps") else f" · {verdict}"),
+                      header_style="bold")
+        for name in ("#", "kind", "name", "value", _interval_header(report), "pairs", "rank", "verdict"):
+            table.add_column(name)
+        for s in sorted(report["shapley"], key=lambda v: v["index"]):
+            kind, name = names.get(s["index"], ("", ""))
+            table.add_row(str(s["index"]), kind, name, _number(s["value"]), f"[{s['ci_low']:+.2f}, {s['ci_high']:+.2f}]",
+                          str(s["samples"]), str(s["rank"]), ("★ " if s.get("culprit") else "") + s["verdict"])
+        console().print(table)
     for key in ("what", "where", "why", "fix"):
         click.echo(f"{key.upper():5} {report['explanation'][key]}")
     click.echo(f"{report['rollouts']} rollouts, {report['policy_calls']} policy calls, job {report['job_id']}")
+
+
+def _interval_header(report: dict[str, Any]) -> str:
+    return f"{100 * (1 - report.get('alpha', 0.05)):.0f}% interval"
 
 
 def write_outputs(store: Store, reports: list[dict[str, Any]], json_path: Path | None, html_path: Path | None) -> None:
@@ -111,9 +145,17 @@ def write_outputs(store: Store, reports: list[dict[str, Any]], json_path: Path |
               help="Built-in verifier: the final output is JSON valid against this schema.")
 @click.option("--threshold", default=0.5, show_default=True, type=click.FloatRange(0, 1), help="Scores below fail.")
 @click.option("--method", type=click.Choice(["contrastive", "shapley", "both"]), default="contrastive", show_default=True)
-@click.option("--rollouts", default=30, show_default=True, type=click.IntRange(min=1), help="Rollouts per plan.")
-@click.option("--adaptive", is_flag=True, help="Add rollouts until a decision, with anytime-valid intervals.")
-@click.option("--target-width", default=0.3, show_default=True, type=click.FloatRange(0, 2, min_open=True))
+@click.option("--rollouts", type=click.IntRange(min=1),
+              help="A fixed number of rollouts per plan (default: add rollouts until each step is decided).")
+@click.option("--max-rollouts", default=DEFAULT_MAX_ROLLOUTS, show_default=True, type=click.IntRange(min=2),
+              help="The cap per plan when rollouts are added until a decision.")
+@click.option("--epsilon", default=DEFAULT_EPSILON, show_default=True, type=click.FloatRange(0, 1, min_open=True),
+              help="Effects within ±epsilon count as no effect (a step is passed over only when its whole "
+                   "interval is inside).")
+@click.option("--alpha", default=DEFAULT_ALPHA, show_default=True, type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              help="Error rate, over every step the search tests.")
+@click.option("--adaptive", is_flag=True, hidden=True, help="The default now; with --rollouts N, N is the cap.")
+@click.option("--target-width", type=float, hidden=True, help="No longer used: steps are sampled until decided.")
 @click.option("--full", is_flag=True, help="Profile every step instead of stopping at the culprit.")
 @click.option("--search", type=click.Choice(["scan", "gallop"]), default="scan", show_default=True,
               help="scan: test each step backwards from the last; gallop: test blocks of 1, 2, 4, ... steps, then "
@@ -126,7 +168,8 @@ def write_outputs(store: Store, reports: list[dict[str, Any]], json_path: Path |
 @click.option("--address", help="--engine ray: the cluster (auto, ray://HOST:10001); default: a new local instance.")
 @click.option("--worker-cpus", default=0.25, show_default=True, type=click.FloatRange(0, min_open=True),
               help="--engine ray: CPUs each of the --concurrency workers reserves (rollouts mostly wait on models).")
-@click.option("--max-policy-calls", type=click.IntRange(min=1), help="Hard budget; the result is marked partial when hit.")
+@click.option("--max-policy-calls", type=click.IntRange(min=1),
+              help="Hard budget; steps it leaves undecided are reported as such.")
 @click.option("--policy-timeout", "policy_timeout_s", default=60.0, show_default=True, type=click.FloatRange(0),
               metavar="SECONDS", help="Cut off a policy call after this long; its rollout is errored, and a hung "
                                       "sync policy's thread is abandoned, not killed (0: no limit).")
@@ -147,9 +190,17 @@ def attribute(store: Store, trace_ids: tuple[str, ...], where: str | None, resum
               service_name: str, engine: str, address: str | None, worker_cpus: float, **options: Any) -> None:
     """Find the step that made a run fail: counterfactual rollouts, intervals, a repair.
 
+    Exit status: 0 culprit found, 3 no culprit, 4 undecided (also: the budget ran out first),
+    5 unreplayable, 1 error, 2 usage error; a batch exits with the first of 4, 5, 3 that any trace has.
+
     Example: otel-replay attribute --trace-id 4bf92f --policies myproj.policies --verifier myproj:ok --repair
     """
     redact_rules, no_redact = options.pop("redact_rules"), options.pop("no_redact")
+    if options.pop("adaptive") and options["rollouts"] is not None:  # the old spelling: --rollouts capped each plan
+        options["max_rollouts"], options["rollouts"] = max(2, options["rollouts"]), None
+    if options.pop("target_width") is not None:
+        click.echo("warning: --target-width is no longer used: each step is sampled until its interval decides it "
+                   "(see --epsilon and --max-rollouts)", err=True)
     if resume:
         if redact_rules is not None or no_redact:
             raise click.UsageError("--resume redacts as the job did: give no --redact-rules or --no-redact")
@@ -183,6 +234,9 @@ def attribute(store: Store, trace_ids: tuple[str, ...], where: str | None, resum
         count = export_reports(store, reports, export_to, protocol=otlp_protocol, endpoint=otlp_endpoint,
                                headers=parse_headers(otlp_headers), service_name=service_name)
         click.echo(f"exported {count} blame spans into the original trace(s)")
+    code = exit_code(reports)
+    if code:
+        raise click.exceptions.Exit(code)
 
 
 @click.command(cls=StoreCommand)

@@ -20,9 +20,10 @@ VERIFIER = "otel_replay.testing.support_agent:refunded"
 @click.command(cls=StoreCommand)
 @click.option("--html", "html_path", default="otel-replay-demo.html", show_default=True,
               type=click.Path(dir_okay=False, path_type=Path), help="Where to write the HTML report.")
-@click.option("--rollouts", default=30, show_default=True, type=click.IntRange(min=2))
+@click.option("--rollouts", type=click.IntRange(min=2),
+              help="A fixed number of rollouts per plan (default: add rollouts until each step is decided).")
 @click.pass_obj
-def demo(store: Store, html_path: Path, rollouts: int) -> None:
+def demo(store: Store, html_path: Path, rollouts: int | None) -> None:
     """Record a failing run of the example support agent, find its culprit, repair it, report.
 
     Everything runs offline: the real openai SDK talks to a simulated model on 127.0.0.1, the real

@@ -26,7 +26,17 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags,
 from otel_replay._version import __version__
 
 DEFAULT_SERVICE = "otel-replay"
-SCORED = ("decisive", "contributing", "locked-in", "no effect")
+SCORED = ("decisive", "contributing", "locked-in", "no effect", "protective", "undecided")
+
+
+def blamed_steps(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report's steps as blame sees them: the contrastive steps, or, for a Shapley-only report, the
+    Shapley values (their value as the score)."""
+    if report["steps"] or not report.get("shapley"):
+        return report["steps"]
+    return [{"index": s["index"], "span_id": s["span_id"], "name": s["name"], "estimate": s["value"],
+             "ci_low": s["ci_low"], "ci_high": s["ci_high"], "verdict": s["verdict"],
+             "culprit": bool(s.get("culprit")), "rank": s.get("rank")} for s in report["shapley"] if "span_id" in s]
 
 
 def _context(trace_id: str, span_id: str) -> SpanContext:
@@ -77,7 +87,8 @@ def blame_spans(report: dict[str, Any], root_span_id: str, service_name: str = D
     provider.add_span_processor(SimpleSpanProcessor(memory))
     tracer = provider.get_tracer("otel-replay", __version__)
     trace_id = report["trace_id"]
-    scored = [s for s in report["steps"] if s["verdict"] in SCORED and s["estimate"] is not None]
+    steps = blamed_steps(report)
+    scored = [s for s in steps if s["verdict"] in SCORED and s["estimate"] is not None]
     culprit = report["culprit"]
     attributes: dict[str, Any] = {
         "otel_replay.attribution.job_id": report["job_id"], "otel_replay.attribution.method": report["method"],
@@ -87,6 +98,8 @@ def blame_spans(report: dict[str, Any], root_span_id: str, service_name: str = D
         "otel_replay.attribution.threshold": report["threshold"],
         "otel_replay.attribution.explanation": explanation_text(report, payloads),
     }
+    if report.get("candidates") and not culprit:
+        attributes["otel_replay.attribution.candidates"] = list(report["candidates"])
     if culprit:
         attributes |= {"otel_replay.attribution.culprit.span_id": culprit["span_id"],
                        "otel_replay.attribution.culprit.step_index": culprit["index"],
@@ -98,7 +111,7 @@ def blame_spans(report: dict[str, Any], root_span_id: str, service_name: str = D
     parent = set_span_in_context(NonRecordingSpan(_context(trace_id, root_span_id)))
     with tracer.start_as_current_span("otel_replay.attribution", context=parent, attributes=attributes,
                                       links=links) as span:
-        for step in report["steps"]:
+        for step in steps:
             span.add_event("otel_replay.step_blame", {**_step(step), **_blame(step)})
     repair = report.get("repair")
     for step in scored:

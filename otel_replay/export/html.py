@@ -13,7 +13,8 @@ from typing import Any
 from otel_replay.trajectory import Trajectory
 
 COLOURS = {"decisive": "#c62828", "contributing": "#ef6c00", "locked-in": "#6d6d6d", "no effect": "#2e7d32",
-           "observation-only": "#5c6bc0", "unreplayable": "#8e24aa", "no policy": "#5c6bc0", "not scored": "#9e9e9e"}
+           "protective": "#00838f", "undecided": "#f9a825", "observation-only": "#5c6bc0", "unreplayable": "#8e24aa",
+           "no policy": "#5c6bc0", "not scored": "#9e9e9e"}
 CSS = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;margin:0;background:#fafafa;color:#1d1d1d}
 header{background:#1d2733;color:#fff;padding:18px 28px}header h1{margin:0;font-size:20px}
@@ -37,8 +38,8 @@ def _num(value: float | None) -> str:
     return "—" if value is None else f"{value:+.2f}"
 
 
-def interval_chart(steps: list[dict[str, Any]]) -> str:
-    """One row per scored step: the estimate and its interval on a -1..1 axis."""
+def interval_chart(steps: list[dict[str, Any]], epsilon: float | None = None) -> str:
+    """One row per scored step: the estimate and its interval on a -1..1 axis, the band ±epsilon shaded."""
     rows = [s for s in steps if s.get("estimate") is not None]
     width, row_h, left = 460, 26, 150
     height = row_h * len(rows) + 30
@@ -47,14 +48,18 @@ def interval_chart(steps: list[dict[str, Any]]) -> str:
         return left + (v + 1) / 2 * (width - left - 10)
 
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-             f'aria-label="effect of each step with its interval">',
-             f'<line x1="{x(0)}" y1="0" x2="{x(0)}" y2="{height - 20}" stroke="#999" stroke-dasharray="3,3"/>']
+             f'aria-label="effect of each step with its interval">']
+    if epsilon:
+        parts.append(f'<rect x="{x(-epsilon)}" y="0" width="{x(epsilon) - x(-epsilon)}" height="{height - 20}" '
+                     f'fill="#e8f5e9"><title>no effect: inside ±{epsilon:g}</title></rect>')
+    parts.append(f'<line x1="{x(0)}" y1="0" x2="{x(0)}" y2="{height - 20}" stroke="#999" stroke-dasharray="3,3"/>')
     for tick in (-1, -0.5, 0, 0.5, 1):
         parts.append(f'<text x="{x(tick)}" y="{height - 5}" font-size="10" text-anchor="middle">{tick}</text>')
     for n, s in enumerate(rows):
         y = n * row_h + 14
         colour = COLOURS.get(s["verdict"], "#555")
-        low, high = s.get("ci_low") or s["estimate"], s.get("ci_high") or s["estimate"]
+        low = s["estimate"] if s.get("ci_low") is None else s["ci_low"]
+        high = s["estimate"] if s.get("ci_high") is None else s["ci_high"]
         parts.append(f'<text x="4" y="{y + 4}" font-size="11">#{s["index"]} {_e(s["name"])[:18]}</text>')
         parts.append(f'<line x1="{x(low)}" y1="{y}" x2="{x(high)}" y2="{y}" stroke="{colour}" stroke-width="3"/>')
         parts.append(f'<circle cx="{x(s["estimate"])}" cy="{y}" r="5" fill="{colour}"><title>{_e(s["verdict"])}: '
@@ -86,14 +91,38 @@ def render_html(report: dict[str, Any], trajectory: Trajectory) -> str:
             f'<details open><summary>output</summary>{_messages(step.outputs)}</details></div>')
     explanation = report["explanation"]
     repair = report["repair"]
+    state = {"valid": "Valid", "invalid": "Not a fix", "undecided": "Undecided"}
     repair_html = "<p>No repair was searched (use --repair).</p>" if repair is None else (
-        f'<p class="{"ok" if repair["valid"] else "bad"}">{"Valid" if repair["valid"] else "Not validated"}: step '
+        f'<p class="{"ok" if repair["valid"] else "bad"}">'
+        f'{state.get(repair.get("verdict", "valid" if repair["valid"] else "invalid"), "")}: step '
         f'{repair["step_index"]} → failure rate {100 * repair["fail_rate"]:.0f}% '
         f'[{100 * repair["ci_low"]:.0f}%, {100 * repair["ci_high"]:.0f}%] over {repair["rollouts"]} rollouts, '
         f'drift {repair["drift"]:.2f}</p>{_messages(repair["output"])}')
     culprit = report["culprit"]
-    headline = (f"Culprit: step {culprit['index']} ({_e(culprit['name'])}), effect {culprit['estimate']:+.2f} "
-                f"[{culprit['ci_low']:+.2f}, {culprit['ci_high']:+.2f}]" if culprit else f"Verdict: {_e(report['verdict'])}")
+    if culprit:
+        headline = (f"Culprit: step {culprit['index']} ({_e(culprit['name'])}), effect {culprit['estimate']:+.2f} "
+                    f"[{culprit['ci_low']:+.2f}, {culprit['ci_high']:+.2f}]")
+    elif report.get("candidates"):
+        headline = "Undecided between steps " + ", ".join(str(i) for i in report["candidates"])
+    else:
+        headline = f"Verdict: {_e(report['verdict'])}"
+    level = f"{100 * (1 - report.get('alpha', 0.05)):.0f}%"
+    charts = ""
+    if report["steps"]:
+        charts += (f"<section><h2>Effect of each step ({level} interval)</h2>"
+                   f"{interval_chart(report['steps'], report.get('epsilon'))}"
+                   f"<p class=\"kind\">effect = P(fail | step held) − P(fail | step re-decided); intervals hold "
+                   f"simultaneously over the {report.get('tests', len(report['steps']))} step(s) the search could test; "
+                   f"shaded: ±{report.get('epsilon', 0.1):g}, no effect</p></section>")
+    if report.get("shapley"):
+        shapley = [{**v, "estimate": v["value"], "name": v.get("name", "")} for v in report["shapley"]]
+        charts += (f"<section><h2>Shapley values ({level} interval)</h2>"
+                   f"{interval_chart(sorted(shapley, key=lambda v: v['index']), report.get('epsilon'))}"
+                   f"<table><tr><th>#</th><th>value</th><th>interval</th><th>pairs</th><th>verdict</th></tr>"
+                   + "".join(f"<tr><td>{v['index']}</td><td>{v['value']:+.2f}</td><td>[{v['ci_low']:+.2f}, "
+                             f"{v['ci_high']:+.2f}]</td><td>{v['samples']}</td><td>{_e(v['verdict'])}</td></tr>"
+                             for v in sorted(shapley, key=lambda v: v["index"]))
+                   + "</table></section>")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>otel-replay · {_e(report['trace_id'])}</title>
 <style>{CSS}</style></head><body>
@@ -105,8 +134,7 @@ recorded score {report['recorded_score']:.2f} (threshold {report['threshold']})<
 <dt>What</dt><dd>{_e(explanation['what'])}</dd><dt>Where</dt><dd>{_e(explanation['where'])}</dd>
 <dt>Why</dt><dd>{_e(explanation['why'])}</dd><dt>Fix</dt><dd>{_e(explanation['fix'])}</dd>
 <dt>Causal trace</dt><dd>{_e(explanation['causal_trace']) or '—'}</dd></dl></section>
-<section><h2>Effect of each step (95% interval)</h2>{interval_chart(report['steps'])}
-<p class="kind">effect = P(fail | step held) − P(fail | step re-decided){' · anytime-valid intervals' if report.get('adaptive') else ''}</p></section>
+{charts}
 <section><h2>Repair</h2>{repair_html}</section>
 <section><h2>Report data</h2><details><summary>JSON</summary><pre>{_e(json.dumps(report, indent=2, ensure_ascii=False))}</pre></details></section>
 </div></main></body></html>

@@ -31,9 +31,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from otel_replay.normalize.messages import canonical_bytes
 from otel_replay.replay import policies as policy_registry
 from otel_replay.replay.carry import Carrying
-from otel_replay.replay.cassette import key_of, prepared
+from otel_replay.replay.cassette import key_of, prepared, without_call_ids
 from otel_replay.replay.guard import CallRefused, PolicyTimeout, run_coroutine, supervise
 from otel_replay.replay.loop import Looping
 from otel_replay.replay.outputs import EMPTY_HASH, NO_OUTPUT, Output, llm_output, tool_output
@@ -67,6 +68,10 @@ class _Stop(Exception):
         self.why = why
 
 
+class _Coincides(Exception):
+    """The rollout from here on is the rollout of the plan holding this step (see `replay(reuse=True)`)."""
+
+
 _current = threading.local()
 
 
@@ -81,7 +86,8 @@ class Replayer(Carrying, Looping):
     """One rollout. Use `replay()`; this class holds the rollout's state."""
 
     def __init__(self, trajectory: Trajectory, plan: ReplayPlan, seed: int,
-                 registry: policy_registry.Registry, max_steps: int, policy_timeout_s: float | None = None) -> None:
+                 registry: policy_registry.Registry, max_steps: int, policy_timeout_s: float | None = None,
+                 reuse: bool = False) -> None:
         if policy_timeout_s is not None and not policy_timeout_s > 0:
             raise ValueError(f"policy_timeout_s must be a positive number of seconds or None, got {policy_timeout_s!r}")
         self.traj = trajectory
@@ -100,6 +106,8 @@ class Replayer(Carrying, Looping):
         self.ended = False
         self.truncated = False
         self.policy_timeout_s = policy_timeout_s
+        self.reuse = reuse and not plan.model  # a swapped model re-runs held steps: no rollout coincides
+        self.coincides_at: int | None = None
         self.tokens: int | None = None  # what policies reported with `report_tokens`
         self.call_started: float | None = None  # monotonic start of the policy call in progress
         self._calling: Step | None = None
@@ -227,12 +235,28 @@ class Replayer(Carrying, Looping):
                 self._continue_loop()
         except _Stop as stop:
             unreplayable = stop.why
+        except _Coincides:
+            pass
         finally:
             _current.replayer = None
             with self._state_lock:
                 self._finished = True
         return ReplayRun(self.traj.trace_id, self.plan_key, self.seed, tuple(self.outcomes), self.answer,
-                         self.policy_calls, self.diverged_at, unreplayable, self.truncated, self.tokens)
+                         self.policy_calls, self.diverged_at, unreplayable, self.truncated, self.tokens,
+                         self.coincides_at)
+
+    def _coincide_if_reproduced(self, step: Step, action: Action, changed: bool, outputs: Sequence[Message]) -> None:
+        """With `reuse`: a re-decided step that reproduced its recorded output (tool-call ids aside,
+        as the cassette compares them), nothing having changed before it, leaves the rest of the
+        rollout a rollout of the plan with the step held, from the same seed, so the walk stops
+        and says so (`coincides_at`)."""
+        if not self.reuse or action is not Action.RESAMPLE or self.diverged_at is not None:
+            return
+        if changed and canonical_bytes(without_call_ids(list(outputs))) != \
+                canonical_bytes(without_call_ids(list(step.outputs))):
+            return
+        self.coincides_at = step.index
+        raise _Coincides
 
     def _llm(self, step: Step) -> None:
         index: int = step.index  # type: ignore[assignment]
@@ -264,6 +288,7 @@ class Replayer(Carrying, Looping):
         self.live[index] = output
         outputs, live_hash, calls, text = output
         changed = live_hash != prep.output_hash[index]
+        self._coincide_if_reproduced(step, action, changed, outputs)
         if changed and self.diverged_at is None:
             self.diverged_at = index
         self.outcomes.append(StepOutcome(index, step.kind, step.name, source, inputs, outputs, changed, live_hash))
@@ -315,6 +340,7 @@ class Replayer(Carrying, Looping):
             result, source = self._call_tool(self._policy(step.kind, step), step, arguments, index), "policy"
         message, live_hash = tool_output(call_id, result)
         changed = live_hash != self.prep.output_hash[index]
+        self._coincide_if_reproduced(step, action, changed, (message,))
         if changed and self.diverged_at is None:
             self.diverged_at = index
         self.outcomes.append(StepOutcome(index, step.kind, step.name, source, inputs, (message,), changed, live_hash))
@@ -328,15 +354,19 @@ class Replayer(Carrying, Looping):
 
 def replay(trajectory: Trajectory, plan: ReplayPlan | None = None, seed: int = 0, *,
            policies: policy_registry.Registry | None = None, max_steps: int = DEFAULT_MAX_STEPS,
-           policy_timeout_s: float | None = None) -> ReplayRun:
+           policy_timeout_s: float | None = None, reuse: bool = False) -> ReplayRun:
     """One rollout of `trajectory` under `plan` (default: factual), deterministic in `seed`.
 
     :param policy_timeout_s: cut off a policy call after this many seconds (the rollout is then
         errored, cause `policy-timeout`); None runs policies on this thread without a limit. A
         timed-out sync policy's thread cannot be killed: it is abandoned (see `guard`).
+    :param reuse: stop at the first re-decided step if it reproduces its recorded output while
+        nothing changed before it: from there the rollout is the rollout of
+        `plan.holding(run.coincides_at)` with the same seed, which the caller may already have.
     """
     registry = policies if policies is not None else policy_registry.registry
-    return Replayer(trajectory, plan or ReplayPlan.factual(), seed, registry, max_steps, policy_timeout_s).run()
+    return Replayer(trajectory, plan or ReplayPlan.factual(), seed, registry, max_steps, policy_timeout_s,
+                    reuse).run()
 
 
 async def replay_async(trajectory: Trajectory, plan: ReplayPlan | None = None, seed: int = 0, *,

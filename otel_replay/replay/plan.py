@@ -80,6 +80,11 @@ class ReplayPlan:
         return cls(tuple((i, Intervention(Action.RESAMPLE)) for i in range(steps) if i not in held),
                    label=f"coalition({sorted(held)})")
 
+    def holding(self, index: int) -> ReplayPlan:
+        """This plan with step `index` held instead of intervened on (the other actions as they are)."""
+        return ReplayPlan(tuple((i, iv) for i, iv in self.interventions if i != index), self.resample_after,
+                          f"{self.label}, {index} held", self.model)
+
     def with_model(self, model: str | None) -> ReplayPlan:
         return ReplayPlan(self.interventions, self.resample_after, self.label, model)
 

@@ -63,6 +63,7 @@ class ReplayRun:
     unreplayable: Unreplayable | None = None
     truncated: bool = False  # stopped at max_steps while the agent still called tools
     tokens: int | None = None  # what policies reported with `report_tokens` (None: none did)
+    coincides_at: int | None = None  # stopped here: this re-decided step reproduced the recording (`replay(reuse=True)`)
 
     @property
     def ok(self) -> bool:

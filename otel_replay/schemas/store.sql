@@ -87,7 +87,7 @@ CREATE TABLE job_rows (
     job_id            VARCHAR NOT NULL,
     created_ns        BIGINT NOT NULL,
     updated_ns        BIGINT NOT NULL,
-    status            VARCHAR NOT NULL,  -- running, done, partial (budget exhausted), failed
+    status            VARCHAR NOT NULL,  -- running, done, partial (the budget ran out), failed
     params            VARCHAR NOT NULL,  -- JSON: traces, verifier, method, rollouts, seed, ...
     traces            BIGINT NOT NULL,
     traces_done       BIGINT NOT NULL,
@@ -136,7 +136,7 @@ CREATE TABLE result_rows (
     fail_resampled    DOUBLE,            -- P(fail | steps < i held, i re-decided)
     n_held            BIGINT,
     n_resampled       BIGINT,
-    verdict           VARCHAR NOT NULL,  -- decisive, contributing, locked-in, no effect, observation-only, unreplayable, not scored
+    verdict           VARCHAR NOT NULL,  -- decisive, contributing, locked-in, no effect, protective, undecided, observation-only, no policy, unreplayable, not scored
     culprit           BOOLEAN NOT NULL,
     rank              BIGINT
 );
