@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from otel_replay import Store
 from otel_replay.attribution import AttributionError, Job, JobParams, VerifierError
-from otel_replay.attribution.rollouts import rollout_seed
+from otel_replay.attribution.plans import rollout_seed
 from otel_replay.cli import main as cli
 from otel_replay.export.html import render_html
 from otel_replay.export.report import report_schema
@@ -40,7 +40,7 @@ def attribute(root, topology_name, trace_id, **params):
     with SimulatedModelServer(replay_model(topology)) as server:
         registry = planted_registry(topology, server.base_url)
         verifier = params.pop("verifier", "otel_replay.testing.planted:ok")
-        job = Job(Store(root), JobParams([trace_id], verifier, **{"rollouts": 20, "concurrency": 4, **params}), registry)
+        job = Job(Store(root), JobParams([trace_id], verifier, **{"concurrency": 8, **params}), registry)
         (result,) = job.run()
     return result, job
 
@@ -67,11 +67,12 @@ def test_no_culprit_control_blames_no_step(planted):
     root, traces = planted
     trace_id = traces["control"]
     # a job seed whose factual rollout the chance verifier fails (the recorded run "failed by chance")
-    seed = next(s for s in range(200) if by_chance("OK", type("R", (), {"seed": rollout_seed(s, trace_id, "factual", 0)})()) == 0)
+    seed = next(s for s in range(200) if by_chance("OK", type("R", (), {"seed": rollout_seed(s, trace_id, 0)})()) == 0)
     result, _ = attribute(root, "control", trace_id, verifier="otel_replay.testing.planted:by_chance", seed=seed,
-                          rollouts=16, full=True)
+                          full=True)
     assert result.verdict == "no-culprit" and result.culprit is None
     assert all(s["verdict"] in ("no effect", "no policy") for s in result.steps)
+    assert all(-0.1 <= s["ci_low"] and s["ci_high"] <= 0.1 for s in result.steps if s["verdict"] == "no effect")
 
 
 def test_resume_after_an_interruption_equals_an_uninterrupted_run(planted):
@@ -80,7 +81,7 @@ def test_resume_after_an_interruption_equals_an_uninterrupted_run(planted):
     topology = TOPOLOGIES["echo"]
     with SimulatedModelServer(replay_model(topology)) as server:
         registry = planted_registry(topology, server.base_url)
-        params = JobParams([traces["echo"]], "otel_replay.testing.planted:ok", rollouts=20, concurrency=2, seed=3)
+        params = JobParams([traces["echo"]], "otel_replay.testing.planted:ok", concurrency=2, seed=3)
         job = Job(Store(root), params, registry)
 
         def interrupt(progress):
@@ -100,10 +101,14 @@ def test_resume_after_an_interruption_equals_an_uninterrupted_run(planted):
     assert state[0]["status"] == "done"
 
 
-def test_budget_is_never_exceeded_and_the_result_is_marked_partial(planted):
+def test_a_budget_too_small_to_decide_gives_undecided_never_a_culprit(planted):
     root, traces = planted
     result, job = attribute(root, "single-late", traces["single-late"], max_policy_calls=40)
-    assert job.budget.spent <= 40 and result.verdict == "partial"
+    assert job.budget.spent <= 40 and result.verdict == "undecided" and result.culprit is None
+    assert result.budget_exhausted and (result.candidates or result.untested)
+    assert not any(s["verdict"] in ("decisive", "locked-in") for s in result.steps)
+    assert "budget of 40 policy calls ran out" in result.explanation["why"]
+    assert "--max-policy-calls" in result.explanation["fix"] and "--resume" in result.explanation["fix"]
     spent = Store(root).sql("select sum(policy_calls) s from rollouts where job_id = ?", [job.job_id]).column("s")[0].as_py()
     assert spent <= 40
     assert Store(root).sql("select status from jobs where job_id = ?", [job.job_id]).column("status")[0].as_py() == "partial"
@@ -161,7 +166,7 @@ def test_cli_batch_job_aggregate_jobs_and_report(planted, tmp_path, monkeypatch)
         "planted_registry(topology, server.base_url, policies.registry)\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     run = CliRunner().invoke(cli, ["--store", str(root), "attribute", "--where", "service_name in ('planted-single-late', 'planted-butterfly')",
-                                   "--policies", "planted_policies", "--expect-contains", "OK", "--rollouts", "12",
+                                   "--policies", "planted_policies", "--expect-contains", "OK",
                                    "--json", str(tmp_path / "out.json")])
     assert run.exit_code == 0, run.output
     assert run.output.count("★ decisive") == 2
@@ -200,8 +205,7 @@ def test_cli_bad_input(planted, args, message):
 
 
 def test_demo_runs_offline_end_to_end(tmp_path):
-    out = CliRunner().invoke(cli, ["--store", str(tmp_path / "store"), "demo", "--html", str(tmp_path / "demo.html"),
-                                   "--rollouts", "30"])
+    out = CliRunner().invoke(cli, ["--store", str(tmp_path / "store"), "demo", "--html", str(tmp_path / "demo.html")])
     assert out.exit_code == 0, out.output
     assert "★ decisive" in out.output and "FIX   Replace step 0's output" in out.output
     assert (tmp_path / "demo.html").read_text().count("decisive") >= 1
@@ -229,14 +233,15 @@ def test_gallop_search_finds_the_same_culprit(planted, name):
     assert result.culprit["ci_low"] <= TRUE_EFFECT[name] <= result.culprit["ci_high"]
 
 
-def test_gallop_search_clears_a_control_in_blocks_with_fewer_policy_calls(planted):
+def test_gallop_search_clears_a_control_in_blocks(planted):
     root, traces = planted
     trace_id = traces["control"]
-    seed = next(s for s in range(200) if by_chance("OK", type("R", (), {"seed": rollout_seed(s, trace_id, "factual", 0)})()) == 0)
-    common = {"verifier": "otel_replay.testing.planted:by_chance", "seed": seed, "rollouts": 16}
+    seed = next(s for s in range(200) if by_chance("OK", type("R", (), {"seed": rollout_seed(s, trace_id, 0)})()) == 0)
+    common = {"verifier": "otel_replay.testing.planted:by_chance", "seed": seed}
     scan, _ = attribute(root, "control", trace_id, **common)
     gallop, _ = attribute(root, "control", trace_id, search="gallop", **common)
-    assert scan.culprit is None and gallop.culprit is None
-    # blocks of 1, 2, 4, 2 steps: boundaries 8, 6, 2, 0 instead of all nine
-    assert gallop.policy_calls < 0.6 * scan.policy_calls, (gallop.policy_calls, scan.policy_calls)
-    assert all(s["verdict"] in ("not scored", "no policy") for s in gallop.steps)
+    assert scan.verdict == gallop.verdict == "no-culprit" and scan.culprit is None and gallop.culprit is None
+    # blocks of 1, 2, 4, 2 steps, each cleared whole: only the last step (a block of one) is scored on its own
+    assert gallop.steps[-1]["verdict"] == "no effect"
+    assert all(s["verdict"] in ("not scored", "no policy") for s in gallop.steps[:-1])
+    assert gallop.tests == 2 * 9 - 4  # alpha is split over every block and half the search may test

@@ -49,7 +49,7 @@ def leaky_registry(base_url: str, registry=None):
 def run_job(root: Path, **params) -> Job:
     with SimulatedModelServer(replay_model(TOPOLOGY)) as server:
         trace_id = Store(root).sql("select trace_id from traces").column("trace_id")[0].as_py()
-        job = Job(Store(root), JobParams([trace_id], "contains:OK", rollouts=10, concurrency=4, repair=True, **params),
+        job = Job(Store(root), JobParams([trace_id], "contains:OK", concurrency=8, repair=True, **params),
                   leaky_registry(server.base_url))
         job.run()
     return job
@@ -119,7 +119,7 @@ def test_the_attribute_command_takes_the_redaction_options(store_root, tmp_path,
             "--expect-contains", "OK", "--rollouts", "6"]
     try:
         out = CliRunner().invoke(cli, [*base, "--redact-rules", str(rules)])
-        assert out.exit_code == 0, out.output
+        assert out.exit_code in (0, 4), out.output  # 6 rollouts a plan may leave a step undecided (exit 4)
         job_id = out.output.split("job ")[-1].split()[0]
         text = stored(store_root, "rollout_rows", job_id)
         assert "[REDACTED:ticket]" in text and TICKET not in text and API_KEY not in text

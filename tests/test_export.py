@@ -25,7 +25,7 @@ from tests.helpers import REPO
 @pytest.fixture(scope="module")
 def attributed(tmp_path_factory):
     store = tmp_path_factory.mktemp("export")
-    out = CliRunner().invoke(cli, ["--store", str(store), "demo", "--rollouts", "30", "--html", str(store / "r.html")])
+    out = CliRunner().invoke(cli, ["--store", str(store), "demo", "--html", str(store / "r.html")])
     assert out.exit_code == 0, out.output
     job_id = out.output.split(" job ")[-1].split()[0]
     (report,) = stored_reports(Store(store), job_id)
@@ -165,14 +165,17 @@ def test_every_exported_attribute_is_declared_and_every_declared_one_is_exported
     declared = {a["id"]: a["type"] for g in registry["groups"] for a in g["attributes"]}
     root = Store(store).sql("select root_span_id from traces where trace_id = ?", [report["trace_id"]]).column(0)[0].as_py()
     written: dict[str, object] = {}
-    for span in blame_spans(report, root, payloads=True):
+    undecided = {**report, "verdict": "undecided", "culprit": None, "candidates": [2, 0],
+                 "steps": [{**s, "culprit": False, "verdict": "undecided" if s["index"] == 2 else "contributing"
+                            if s["index"] == 0 else s["verdict"]} for s in report["steps"]]}
+    for span in [*blame_spans(report, root, payloads=True), *blame_spans(undecided, root)]:
         written |= dict(span.attributes)
         for event in span.events:
             written |= dict(event.attributes)
         for link in span.links:
             written |= dict(link.attributes)
     assert set(written) == set(declared)
-    python_types = {"string": str, "int": int, "double": float, "boolean": bool}
+    python_types = {"string": str, "int": int, "double": float, "boolean": bool, "int[]": tuple}
     for key, value in written.items():
         assert isinstance(value, python_types[declared[key]]), (key, value)
     readme = (REPO / "README.md").read_text()

@@ -162,7 +162,7 @@ def test_s3_store_end_to_end_capture_cli_compact_and_attribution(bucket, s3_env,
     assert content(Store(url), trace_id) == content(Store(tmp_path), local_trace)
 
     with SimulatedModelServer(replay_model(topology)) as server:
-        job = Job(Store(url), JobParams([trace_id], "otel_replay.testing.planted:ok", rollouts=20, concurrency=4),
+        job = Job(Store(url), JobParams([trace_id], "otel_replay.testing.planted:ok", concurrency=8),
                   planted_registry(topology, server.base_url))
         (result,) = job.run()
     assert result.verdict == "culprit-found" and result.culprit["index"] == topology.culprit

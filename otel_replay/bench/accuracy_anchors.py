@@ -12,6 +12,7 @@ into ours.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from otel_replay.testing.planted import P_BAD, Topology, work
+from otel_replay.testing.planted import COIN, FLIP, P_BAD, Topology, work
 
 TRACEFORK_ENV = "OTEL_REPLAY_TRACEFORK"  # path to a `tracefork` executable (its own Python >= 3.12 venv)
 
@@ -52,7 +53,7 @@ def _agent(topology: Topology, calls: _Calls, recording: bool) -> Callable[..., 
                 elif recording:
                     choice = topology.forced.get(turn, "good")
                 else:
-                    choice = "bad" if ctx.rng.random() < P_BAD else "good"
+                    choice = "bad" if ctx.rng.random() < topology.bad_rate(turn) else "good"
                 return {"turn": turn, "choice": choice}
 
             if turn in topology.handoff:  # the sub-agent decides; its answer is the delegate tool's result
@@ -63,7 +64,7 @@ def _agent(topology: Topology, calls: _Calls, recording: bool) -> Callable[..., 
                     calls.n += 1
                     if recording:
                         return topology.forced.get(turn, "good")
-                    return "bad" if ctx.rng.random() < P_BAD else "good"
+                    return "bad" if ctx.rng.random() < topology.bad_rate(turn) else "good"
 
                 answer = ctx.llm("researcher", produce=research, messages=[{"role": "system", "content": turn}])
                 result = ctx.tool("delegate", produce=lambda turn=turn, answer=answer: _count(calls, work(turn, answer)),
@@ -77,7 +78,8 @@ def _agent(topology: Topology, calls: _Calls, recording: bool) -> Callable[..., 
 
             def tool(decision: dict[str, Any] = decision, turn: int = turn) -> str:
                 calls.n += 1
-                corrupt = turn in topology.corrupt and (recording or ctx.rng.random() < P_BAD)
+                rate = topology.flaky.get(turn, P_BAD if turn in topology.corrupt else 0.0)
+                corrupt = turn in topology.corrupt if recording else rate > 0 and ctx.rng.random() < rate
                 return work(turn, "bad" if corrupt else decision["choice"])
 
             result = ctx.tool(name, produce=tool, resamplable=name != "audit", **decision)
@@ -86,11 +88,17 @@ def _agent(topology: Topology, calls: _Calls, recording: bool) -> Callable[..., 
 
         def answer() -> str:
             calls.n += 1
-            return "FAIL" if topology.fails([r["choice"] for r in results]) else "OK"
+            failing = topology.fails([r["choice"] for r in results])
+            if failing and not recording and topology.catches and ctx.rng.random() < topology.catches:
+                return "OK"
+            return "FAIL" if failing else "OK"
 
         final = ctx.llm("chat", produce=answer, messages=history)
-        if topology.chance and ctx.rng.random() < P_BAD:  # the control's verdict fails by chance
+        chance = {"by_chance": P_BAD, "coin": COIN}.get(topology.verifier)
+        if chance is not None and ctx.rng.random() < chance:  # the verifier fails the run by chance
             return "FAIL"
+        if topology.verifier == "flips" and ctx.rng.random() < FLIP:  # a noisy verifier
+            return "OK" if final == "FAIL" else "FAIL"
         return final
     return run
 
@@ -120,9 +128,9 @@ def _verifier(result: Any) -> float:
     return 1.0 if result == "OK" else 0.0
 
 
-def agent_replay_case(topology: Topology, seed: int, rollouts: int) -> dict[str, Any] | None:
-    """agent_replay's contrastive attribution (its Point-of-Commitment rule) of one planted case;
-    None when agent_replay is not installed."""
+def agent_replay_case(topology: Topology, seed: int) -> dict[str, Any] | None:
+    """agent_replay's contrastive attribution (its Point-of-Commitment rule) of one planted case, at its
+    defaults; None when agent_replay is not installed."""
     ar = agent_replay_module()
     if ar is None:
         return None
@@ -132,16 +140,17 @@ def agent_replay_case(topology: Topology, seed: int, rollouts: int) -> dict[str,
         for record_seed in range(seed, seed + 1000):  # the control: a seed whose recorded run failed by chance
             traj = session.record(_agent(topology, calls, recording=True), {"question": question},
                                   seed=record_seed, verifier=_verifier)
-            if not topology.chance or _verifier(traj.result) == 0.0:
+            if _verifier(traj.result) == 0.0:  # a run the verifier failed (by chance, for the controls)
                 break
     if len(traj.steps) != 2 * topology.turns + 1 + len(topology.handoff):
         raise AssertionError(f"agent_replay recorded {len(traj.steps)} steps for {topology.name}")
     calls.n = 0
     started = time.perf_counter()
-    result = ar.attribute(traj, _agent(topology, calls, recording=False), _verifier, rollouts=rollouts,
-                          method="contrastive", base_seed=1000 + seed)
-    return {"predicted": _to_our_index(topology, result.culprit_index), "policy_calls": calls.n, "wall_s": time.perf_counter() - started,
-            "rollouts": rollouts}
+    rollouts = inspect.signature(ar.attribute).parameters["rollouts"].default
+    result = ar.attribute(traj, _agent(topology, calls, recording=False), _verifier, method="contrastive",
+                          base_seed=1000 + seed)
+    return {"predicted": _to_our_index(topology, result.culprit_index), "policy_calls": calls.n,
+            "wall_s": time.perf_counter() - started, "rollouts": rollouts}
 
 
 def tracefork_reported(executable: str | None = None) -> dict[str, Any]:
