@@ -263,7 +263,8 @@ class Finding:
 def label(estimates: dict[int, StepEstimate], resamplable: Sequence[int]) -> Finding:
     """Verdicts from decisions: the latest harmful step is `decisive` only when every later
     re-decidable step was decided; otherwise it and the undecided later steps are candidates."""
-    culprit, candidates, open_later, harmful_seen = None, [], False, False
+    culprit, candidates, untested = None, [], []
+    open_later = harmful_seen = False
     for i in sorted(resamplable, reverse=True):
         est = estimates[i]
         if est.decision == HARMFUL:
@@ -275,25 +276,23 @@ def label(estimates: dict[int, StepEstimate], resamplable: Sequence[int]) -> Fin
                 if not harmful_seen:
                     candidates.append(i)
             harmful_seen = True
-        elif est.decision in (UNDECIDED, None) and not harmful_seen:
-            if est.decision is not None or est.verdict == "unreplayable":
-                candidates.append(i)
-            open_later = True
-            if est.verdict not in ("unreplayable", "not scored"):
-                est.verdict = "undecided"
         elif est.decision == UNDECIDED:
             if est.verdict != "unreplayable":
                 est.verdict = "undecided"
+            if not harmful_seen:
+                candidates.append(i)
+                open_later = True
         elif est.decision == PROTECTIVE:
             est.verdict = "protective"
         elif est.decision == NEGLIGIBLE:
             est.verdict = "locked-in" if not harmful_seen else "no effect"
-        # CLEARED and untested steps keep "not scored"
-    if culprit is None:
-        for i in resamplable:  # "locked-in" says: after the culprit; with none, these had no effect
-            if estimates[i].verdict == "locked-in":
-                estimates[i].verdict = "no effect"
+        elif est.decision is None and not harmful_seen:  # never tested, later than any harmful step
+            untested.append(i)
+            open_later = True
+        # CLEARED steps keep "not scored"
     if culprit is not None:
         return Finding(culprit, (), ())
-    untested = tuple(i for i in resamplable if estimates[i].decision is None and estimates[i].verdict == "not scored")
-    return Finding(None, tuple(candidates), untested)
+    for i in resamplable:  # "locked-in" says: after the culprit; with none, these had no effect
+        if estimates[i].verdict == "locked-in":
+            estimates[i].verdict = "no effect"
+    return Finding(None, tuple(candidates), tuple(sorted(untested)))

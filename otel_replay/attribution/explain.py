@@ -63,15 +63,18 @@ def _culprit(result: AttributionResult, by_index: dict[int, Row], repair: Repair
     c = by_index.get(result.culprit["index"], result.culprit)  # type: ignore[index]
     verb = "succeeds" if result.credit else "fails"
     later = [r for i, r in sorted(by_index.items()) if i > c["index"] and r["verdict"] in ("locked-in", "protective")]
+    locked = [r["index"] for r in later if r["verdict"] == "locked-in"]
+    protective = [r["index"] for r in later if r["verdict"] == "protective"]
     if result.method == "shapley":
         why = (f"Its Shapley value is {_interval(c)}, clearly above every other step's. {band}")
     else:
         why = (f"With steps up to {c['index']} as recorded, the run {verb} {100 * (c['fail_held'] or 0):.0f}% of the "
                f"time; re-deciding step {c['index']} brings that to {100 * (c['fail_resampled'] or 0):.0f}% (effect "
                f"{_interval(c)}). ")
-        why += (f"Every later step that can be re-decided was decided ({_steps([r['index'] for r in later])}: locked-in "
-                "or protective), so this is the point of commitment. " if later else
-                "No later step can be re-decided, so this is the point of commitment. ")
+        decided = [f"step(s) {_steps(locked)} locked-in (no effect)"] if locked else []
+        decided += [f"step(s) {_steps(protective)} protective"] if protective else []
+        why += (f"Every later step that can be re-decided was decided ({'; '.join(decided)}), so this is the point "
+                "of commitment. " if later else "No later step can be re-decided, so this is the point of commitment. ")
         why += band
     where = f"{_name(c).capitalize()}: {c.get('output', '')!r}"
     if repair is not None and repair.valid:
@@ -112,20 +115,21 @@ def _undecided(result: AttributionResult, by_index: dict[int, Row], band: str) -
     costs = []
     for r in open_rows:
         if r.get("to_decide"):
-            calls = f" (~{r['to_decide'] * (r.get('calls_per_rollout') or 1):,.0f} policy calls)" if \
-                r.get("calls_per_rollout") else ""
-            costs.append(f"step {r['index']} needs about {r['to_decide']} rollouts per plan{calls}")
+            more = max(0, r["to_decide"] - (r.get("n_held") or 0))
+            calls = f", ~{more * r['calls_per_rollout']:,.0f} more policy calls" if r.get("calls_per_rollout") else ""
+            costs.append(f"step {r['index']} needs about {r['to_decide']} rollouts per plan ({more} more{calls})")
         elif r.get("ci_low") is not None:
             costs.append(f"step {r['index']} is too close to ±{result.epsilon:g} to settle with any practical number "
                          f"of rollouts (widen --epsilon)")
-    if result.budget_exhausted:
-        fix = "Raise --max-policy-calls and continue the job with --resume; the rollouts already run are kept."
-    else:
-        fix = ""
+    fix = ("Raise --max-policy-calls and continue the job with --resume; the rollouts already run are kept."
+           if result.budget_exhausted else "")
     if costs:
         most = max((r["to_decide"] for r in open_rows if r.get("to_decide")), default=None)
-        fix += (" " if fix else "") + "To separate them: " + "; ".join(costs) + (
-            f" (rerun with --max-rollouts {most})." if most and not result.budget_exhausted else ".")
+        rerun = ""
+        if most and not result.budget_exhausted:
+            rerun = (f" (rerun with --rollouts {most}, or without --rollouts: the default samples until decided)"
+                     if not result.sequential else f" (rerun with --max-rollouts {most})")
+        fix += (" " if fix else "") + "To separate them: " + "; ".join(costs) + rerun + "."
     if not fix:
         fix = "Give the candidates' steps more rollouts (--max-rollouts) or a narrower question (--epsilon)."
     return {"where": where, "why": " ".join(parts), "fix": fix}

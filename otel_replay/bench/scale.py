@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from otel_replay.attribution import Job, JobParams
-from otel_replay.attribution.contrastive import boundary_plan
 from otel_replay.attribution.executors import Executor, RayExecutor
-from otel_replay.attribution.job import build_verifier
-from otel_replay.attribution.rollouts import Budget, RolloutRunner, RolloutSpec
+from otel_replay.attribution.plans import Budget, RolloutSpec, boundary_plan
+from otel_replay.attribution.rollouts import RolloutRunner
+from otel_replay.attribution.verifiers import build as build_verifier
 from otel_replay.bench.attribution import LATENCY_STEPS, PlantedAgent, planted_policies, store_agent
 from otel_replay.bench.scale_store import build_store, query_times, word_pool
 from otel_replay.replay.policies import Registry
@@ -54,7 +54,6 @@ SLEEPY = "otel_replay.bench.scale:sleepy_policies"
 INSTANT = "otel_replay.bench.scale:instant_policies"
 VERIFIER = "otel_replay.bench.attribution:answered_ok"
 SEED = 0
-VERDICT_ROLLOUTS = 30  # per plan, the attribute command's default
 CLUSTER_NODES = 100
 NODE_CPUS = 16  # assumed per node of the hypothetical cluster
 AGENT = PlantedAgent.of(LATENCY_STEPS)
@@ -141,7 +140,7 @@ def _ray(trajectory: Trajectory, levels: tuple[int, ...], instant_n: int) -> dic
 
 def _verdict(root: Path, trace_id: str) -> dict[str, Any]:
     """One real attribution job on the agent (instant policies): the rollouts a verdict takes."""
-    (result,) = Job(Store(root), JobParams([trace_id], VERIFIER, rollouts=VERDICT_ROLLOUTS, seed=SEED, concurrency=4),
+    (result,) = Job(Store(root), JobParams([trace_id], VERIFIER, seed=SEED, concurrency=4),
                     _registry(instant_policies)).run()
     return {"rollouts": result.rollouts, "policy_calls": result.policy_calls, "verdict": result.verdict,
             "culprit": result.culprit["index"] if result.culprit else None, "planted": AGENT.culprit}
@@ -285,7 +284,7 @@ def format_scale_table(result: dict[str, Any]) -> str:
                       f"the {ray['resources'].get('CPU', 0):.0f} CPUs); starting the worker processes took "
                       f"{ray['startup_s']:.1f} s in all, not counted.")
     v = t["verdict"]
-    lines.append(f"A verdict on this agent ({VERDICT_ROLLOUTS} rollouts per plan): {v['rollouts']} rollouts, "
+    lines.append(f"A verdict on this agent (the defaults: rollouts until each step is decided): {v['rollouts']} rollouts, "
                  f"{v['policy_calls']} policy calls, culprit step {v['culprit']} (planted {v['planted']}).")
     lines += ["", "Store: synthetic agent traces of 10 spans, written as segments, compacted, queried "
               "(median of 5, warm page cache, a fresh DuckDB connection each).", "",

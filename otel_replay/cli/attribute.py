@@ -145,6 +145,8 @@ def write_outputs(store: Store, reports: list[dict[str, Any]], json_path: Path |
               help="Built-in verifier: the final output is JSON valid against this schema.")
 @click.option("--threshold", default=0.5, show_default=True, type=click.FloatRange(0, 1), help="Scores below fail.")
 @click.option("--method", type=click.Choice(["contrastive", "shapley", "both"]), default="contrastive", show_default=True)
+@click.option("--shapley-permutations", default=20, show_default=True, type=click.IntRange(min=1),
+              help="--method shapley or both: antithetic permutation pairs.")
 @click.option("--rollouts", type=click.IntRange(min=1),
               help="A fixed number of rollouts per plan (default: add rollouts until each step is decided).")
 @click.option("--max-rollouts", default=DEFAULT_MAX_ROLLOUTS, show_default=True, type=click.IntRange(min=2),
