@@ -16,6 +16,7 @@ from otel_replay.attribution import Job, JobParams
 from otel_replay.bench.accuracy import (
     PROFILE_ROLLOUTS,
     SEARCH,
+    TARGETS,
     _run_cases,
     format_accuracy_table,
     max_magnitude_profile,
@@ -51,22 +52,23 @@ def test_quick_run_meets_the_targets_and_matches_a_serial_run(tmp_path: Path) ->
     result = json.loads(out.read_text())
     cases = result["cases"]
     assert result["quick"] is True and result["search"] == SEARCH and result["run"]["workers"] == 2
+    assert result["rollouts"] is None  # the defaults: each step sampled until decided
     assert [c["topology"] for c in cases] == list(TOPOLOGIES)  # one seed each, in table order
     for case in cases:
-        assert case["predicted"] == case["truth"], case  # every topology's culprit (none for the control)
         assert case["baselines"]["max magnitude (no PoC)"] is None  # no full profile in --quick
         assert set(case["cpu_s"]) == {"record", "attribution", "agent_replay"}
-        if case["truth"] is not None:
+        assert not case["false_decisive"] and not case["false_contributing"] and not case["false_cleared"], case
+        assert case["predicted"] in (case["truth"], None), case  # a wrong culprit is never named
+        if case["predicted"] is not None:
             assert case["covered"] and case["agent_correct"], case
-    assert summarize(cases) == {"top1": 1.0, "false_blame": 0.0, "coverage": 1.0}
+    summary = summarize(cases)
+    assert summary["top1_decided"] >= TARGETS["top1_decided"] and summary["top1"] >= TARGETS["top1"]
+    assert summary["undecided"] <= TARGETS["undecided"] and summary["false_decisive"] == 0
     if agent_replay_module() is not None:
-        for case in cases:
-            theirs = case["agent_replay"]
-            if theirs["predicted"] == case["truth"]:
-                assert case["policy_calls"] < theirs["policy_calls"], case
+        assert summary["calls_ratio"] is not None and summary["calls_ratio"] <= TARGETS["calls_ratio"]
     # the table printed is the one generated from the JSON
     assert format_accuracy_table(result) in done.stdout
-    assert "Run: 14 cases in" in done.stdout and "2 worker process(es)" in done.stdout
+    assert f"Run: {len(TOPOLOGIES)} cases in" in done.stdout and "2 worker process(es)" in done.stdout
     assert len(result["run"]["load_avg_1min"]) == 1 + len(cases) and result["run"]["cpu_s"] > 0
 
     # the same cases run serially here give the same rows as the worker processes did

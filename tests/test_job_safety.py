@@ -28,7 +28,7 @@ from tests.helpers import REPO
 TRACES = 3
 WHERE = "service_name = 'planted-single-late'"
 ARGS = ["attribute", "--where", WHERE, "--policies", "slow_planted_policies", "--expect-contains", "OK",
-        "--rollouts", "10", "--seed", "3", "--concurrency", "4"]
+        "--seed", "3", "--concurrency", "4"]
 POLICIES = """
 import os, time
 from otel_replay.replay import policies

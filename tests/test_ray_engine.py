@@ -57,7 +57,7 @@ def registry_of(policy_spec: str):
 
 def run(root, trace_id: str, topology: str, executor=None, job_id=None, on_progress=None, **params):
     registry = registry_of(spec(topology))
-    job_params = JobParams([trace_id], VERIFIER, policies=spec(topology), **{"rollouts": 12, "concurrency": 4, **params})
+    job_params = JobParams([trace_id], VERIFIER, policies=spec(topology), **{"concurrency": 4, **params})
     if executor == "ray":
         executor = RayExecutor(spec(topology), VERIFIER, workers=4, worker_cpus=0.25, registry=registry)
     job = Job(Store(root), job_params, registry, executor=executor, **({"job_id": job_id} if job_id else {}))
@@ -94,7 +94,8 @@ def test_the_budget_caps_policy_calls_across_ray_workers(local_ray, planted):
     for limit in (40, 57):
         result, job = run(root, traces["single-late"], "single-late", executor="ray", max_policy_calls=limit,
                           concurrency=8)
-        assert job.budget.spent == limit and result.verdict == "partial"  # spent up to the cap, never past it
+        assert job.budget.spent == limit and result.verdict == "undecided"  # spent up to the cap, never past it
+        assert result.budget_exhausted and result.culprit is None
         stored = Store(root).sql("SELECT sum(policy_calls) s, count(*) n FROM rollouts WHERE job_id = ?",
                                  [job.job_id]).to_pylist()[0]
         assert 0 < stored["s"] <= limit
@@ -104,18 +105,18 @@ def test_the_budget_caps_policy_calls_across_ray_workers(local_ray, planted):
 
 def test_an_interrupted_ray_job_resumed_equals_an_uninterrupted_run(local_ray, planted):
     root, traces = planted
-    whole, _ = run(root, traces["echo"], "echo", seed=3, rollouts=16)
+    whole, _ = run(root, traces["echo"], "echo", seed=3)
 
     def interrupt(progress):
         if progress.rollouts >= 25:
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run(root, traces["echo"], "echo", executor="ray", seed=3, rollouts=16, on_progress=interrupt)
+        run(root, traces["echo"], "echo", executor="ray", seed=3, on_progress=interrupt)
     (job_id,) = Store(root).sql("SELECT job_id FROM jobs WHERE status = 'failed'").column("job_id").to_pylist()
     stored = Store(root).sql("SELECT count(*) n FROM rollouts WHERE job_id = ?", [job_id]).column("n")[0].as_py()
     assert stored >= 25
-    again, _ = run(root, traces["echo"], "echo", executor="ray", seed=3, rollouts=16, job_id=job_id)
+    again, _ = run(root, traces["echo"], "echo", executor="ray", seed=3, job_id=job_id)
     assert steps(again) == steps(whole) and again.culprit["index"] == TOPOLOGIES["echo"].culprit
     raw = Store(root).sql("SELECT count(*) n FROM rollout_rows WHERE job_id = ?", [job_id]).column("n")[0].as_py()
     assert raw == again.rollouts  # the resumed job ran only the rollouts the interrupted one had not stored
@@ -125,7 +126,7 @@ def test_an_interrupted_ray_job_resumed_equals_an_uninterrupted_run(local_ray, p
 def test_cli_batch_job_on_ray_and_its_resume(local_ray, planted):
     root, traces = planted
     args = ["--store", str(root), "attribute", "--where", "service_name = 'planted-single-late'",
-            "--policies", spec("single-late"), "--expect-contains", "OK", "--rollouts", "12", "--engine", "ray",
+            "--policies", spec("single-late"), "--expect-contains", "OK", "--engine", "ray",
             "--worker-cpus", "0.25"]
     out = CliRunner().invoke(cli, args)
     assert out.exit_code == 0, out.output
@@ -167,7 +168,7 @@ def test_cli_rejects_an_address_without_the_ray_engine(planted):
 def test_cli_in_a_subprocess_starts_its_own_local_ray_instance(planted):
     root, traces = planted
     args = ["--store", str(root), "attribute", "--trace-id", traces["single-late"], "--policies", spec("single-late"),
-            "--expect-contains", "OK", "--rollouts", "6", "--seed", "1"]
+            "--expect-contains", "OK", "--seed", "1"]
     done = subprocess.run([sys.executable, "-c", "from otel_replay.cli import main; main()", *args, "--engine", "ray",
                            "--worker-cpus", "0.5"], cwd=REPO, capture_output=True, text=True, timeout=300,
                           env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"})

@@ -81,7 +81,9 @@ def test_the_paired_interval_is_narrow_when_the_arms_agree_and_honest_when_they_
 
 
 def test_a_verdict_follows_from_the_interval_and_the_band():
-    assert classify(0.01, 0.5, 0.1) == HARMFUL
+    assert classify(0.11, 0.5, 0.1) == HARMFUL  # above the band: a real effect bigger than what counts as none
+    assert classify(0.01, 0.5, 0.1) == UNDECIDED  # excludes 0 but reaches into the band: maybe no effect
+    assert classify(0.01, 0.09, 0.1) == NEGLIGIBLE  # real, and smaller than what counts
     assert classify(-0.5, -0.01, 0.1) == PROTECTIVE
     assert classify(-0.08, 0.09, 0.1) == NEGLIGIBLE
     assert classify(-0.07, 0.41, 0.1) == UNDECIDED  # the "locked-in" that held an effect of 0.4
@@ -100,11 +102,12 @@ def test_looks_grow_to_the_cap_and_one_sits_where_agreeing_arms_are_cleared():
 
 def test_the_cost_of_deciding_grows_as_the_effect_nears_the_band():
     design = Design.sequential(400).with_tests(3)
-    far = rollouts_to_decide(Pairs(100, 30, 0), design)  # +0.30, the pairs that differ all one way
-    middle = rollouts_to_decide(Pairs(100, 23, 10), design)  # +0.13, a third of the pairs differ
-    near = rollouts_to_decide(Pairs(100, 30, 20), design)  # +0.10, half of them differ
+    far = rollouts_to_decide(Pairs(100, 40, 0), design)  # +0.40, the pairs that differ all one way
+    middle = rollouts_to_decide(Pairs(100, 30, 0), design)  # +0.30
+    near = rollouts_to_decide(Pairs(100, 23, 10), design)  # +0.13, a third of the pairs differ
     assert far is not None and middle is not None and near is not None
     assert far < middle <= 400 < near  # beyond the cap: what a longer run would need
+    assert rollouts_to_decide(Pairs(100, 30, 20), design) is None  # +0.10: on the band's edge, never
     assert rollouts_to_decide(Pairs(100, 50, 50), design, limit=1000) is None  # no effect, every pair differs
 
 

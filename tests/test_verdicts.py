@@ -63,10 +63,21 @@ def test_the_point_of_commitment_beats_the_bigger_earlier_effect_in_95_percent_o
     assert not any(f.culprit == 1 for f in named)  # never the bigger, earlier effect
 
 
-def test_the_small_effect_at_the_point_of_commitment_is_found_behind_a_bigger_one():
+def test_a_small_effect_at_the_point_of_commitment_is_never_passed_for_the_bigger_earlier_one():
+    """+0.2 at step 3 after +0.5 at step 1: the cap (400) shows the later effect beyond the band in most
+    seeds; in the others the result is undecided between the two, never step 1 alone."""
     named = [simulate(CASES[5], seed, "independent")[1] for seed in range(200)]
-    assert sum(f.culprit == 3 for f in named) / len(named) >= 0.9
+    assert sum(f.culprit == 3 for f in named) / len(named) >= 0.6
     assert not any(f.culprit == 1 for f in named)
+    assert all(f.candidates[:1] == (3,) for f in named if f.culprit is None)
+
+
+def test_a_real_effect_inside_the_band_is_never_named_the_culprit():
+    """+0.05 at steps 2 and 3 after +0.7 at step 1: effects smaller than epsilon are not culprits; the
+    result is undecided until they are shown inside the band, never a culprit at step 2 or 3."""
+    for coupling in ("independent", "shared"):
+        named = [simulate(CASES[6], seed, coupling)[1] for seed in range(100)]
+        assert not any(f.culprit in (2, 3) for f in named)
 
 
 def test_too_few_rollouts_give_undecided_with_the_candidates_not_a_wrong_culprit():
@@ -75,8 +86,7 @@ def test_too_few_rollouts_give_undecided_with_the_candidates_not_a_wrong_culprit
     findings = [simulate(ISSUE, seed, "independent", Design.fixed(30))[1] for seed in range(200)]
     assert not any(f.culprit == 1 for f in findings)
     undecided = [f for f in findings if f.culprit is None]
-    assert len(undecided) >= 50 and all(f.candidates[:1] == (2,) for f in undecided)
-    assert sum(f.candidates == (2, 1) for f in undecided) >= len(undecided) // 2
+    assert len(undecided) >= 50 and all(f.candidates[:2] == (2, 1) for f in undecided)
     assert all(f.culprit == 2 for f in findings if f.culprit is not None)
 
 

@@ -5,9 +5,10 @@ steps re-decided in both arms. With f(k) = P(fail | steps < k held, the rest re-
 effect_i = f(i + 1) - f(i), so neighbouring steps share rollouts; rollout r of every boundary
 plan has the same seed, so the two arms are compared pair by pair (`stats.paired_difference`).
 
-The culprit is the point of commitment: the latest step whose effect is real. The default search
+The culprit is the point of commitment: the latest step whose effect is bigger than the band
+±epsilon (an effect inside counts as none). The default search
 scans backwards from the last step, sampling each step until its interval decides it
-(`sequential`): harmful (the interval is above 0), protective (below 0), negligible (inside
+(`sequential`): harmful (the interval is above +epsilon), protective (below 0), negligible (inside
 ±epsilon), or, at the cap, undecided. The scan passes a step only when it is decided; a step it
 cannot decide is never read as "no effect": the scan goes on to find the latest harmful step, and
 the result names both as candidates instead of one culprit.

@@ -101,12 +101,12 @@ def _undecided(result: AttributionResult, by_index: dict[int, Row], band: str) -
     parts = []
     if harmful and open_rows:
         h = harmful[0]
-        parts.append(f"Step {h['index']}'s effect is real ({_interval(h)}), but the later step(s) "
-                     f"{_steps([r['index'] for r in open_rows])} could be neither cleared (inside ±{result.epsilon:g}) "
-                     "nor shown to matter, and one of them may be the point of commitment.")
+        parts.append(f"Step {h['index']}'s effect is bigger than ±{result.epsilon:g} ({_interval(h)}), but the later "
+                     f"step(s) {_steps([r['index'] for r in open_rows])} could be neither cleared (shown inside "
+                     f"±{result.epsilon:g}) nor shown to matter, and one of them may be the point of commitment.")
     elif open_rows:
-        parts.append(f"No step was shown to matter, and step(s) {_steps([r['index'] for r in open_rows])} could not be "
-                     f"cleared either (their intervals reach beyond ±{result.epsilon:g}).")
+        parts.append(f"No step was shown to matter (an effect beyond ±{result.epsilon:g}), and step(s) "
+                     f"{_steps([r['index'] for r in open_rows])} could not be cleared either.")
     if result.untested:
         parts.append(f"Step(s) {_steps(result.untested)} were not tested.")
     if result.budget_exhausted:

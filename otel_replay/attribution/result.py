@@ -90,7 +90,7 @@ def step_rows(trajectory: Trajectory, estimates: list[StepEstimate]) -> list[dic
 
 
 def shapley_finding(shapley: list[dict[str, Any]], resamplable: list[int]) -> Finding:
-    """What Shapley values alone say: a culprit when one step's value is clearly above zero and
+    """What Shapley values alone say: a culprit when one step's value is clearly above the band and
     above every other step's interval; candidates when several steps share the failure or are
     undecided."""
     contributing = [s for s in shapley if s["verdict"] == "contributing"]

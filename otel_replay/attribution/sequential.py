@@ -10,10 +10,13 @@ search stops, the intervals it reports hold simultaneously with probability at l
 a verdict is wrong only when some interval misses its effect.
 
 What an interval says about an effect (`classify`), with the practical-equivalence band ±epsilon:
-- `harmful`: the lower bound is above 0 (the recorded decision made failure more likely);
+- `harmful`: the lower bound is above +epsilon (the recorded decision made failure more likely, by
+  more than the band: an effect inside the band counts as none, so a real but smaller effect is
+  not a culprit);
 - `protective`: the upper bound is below 0 (it made failure less likely);
 - `negligible`: the whole interval lies inside [-epsilon, +epsilon];
-- `undecided`: anything else. It is never read as "no effect".
+- `undecided`: anything else, an interval that excludes 0 but reaches into the band included. It
+  is never read as "no effect".
 """
 
 from __future__ import annotations
@@ -92,7 +95,7 @@ def _with_tests(design: Design, tests: int) -> Design:
 
 
 def classify(low: float, high: float, epsilon: float) -> str:
-    if low > 0:
+    if low > epsilon:
         return HARMFUL
     if high < 0:
         return PROTECTIVE
@@ -133,24 +136,31 @@ class Pairs:
         return stats.paired_difference(self.up, self.down, self.n, alpha)
 
     def scaled(self, n: int, shift: float = 0.0) -> Pairs:
-        """These pairs' proportions carried to n pairs, the effect moved by `shift` (projections)."""
+        """These pairs' proportions carried to n pairs, with `shift` more of them going the held arm's
+        way (or, negative, the other way): projections of what more rollouts would show."""
         if self.n == 0:
             return Pairs(n)
-        differ = (self.up + self.down) / self.n
-        effect = max(-differ, min(differ, (self.up - self.down) / self.n + shift))
-        up = round(n * (differ + effect) / 2)
-        down = round(n * (differ - effect) / 2)
-        return Pairs(n, up, down)
+        up, down = self.up / self.n, self.down / self.n
+        if shift >= 0:
+            up = min(1.0 - down, up + shift)
+        else:
+            down = min(1.0 - up, down - shift)
+        return Pairs(n, round(n * up), round(n * down))
+
+
+FUTILITY_AFTER = 45  # rollouts per plan before a step may be given up on: early estimates are crude
+OPTIMISM = 2.0  # standard errors the effect may move by before more rollouts are judged useless
 
 
 def would_decide(pairs: Pairs, n: int, design: Design) -> bool:
-    """Whether pairs like these (at their effect or one standard error either side) would be decided
-    at n pairs: the test for stopping early when more rollouts cannot help."""
-    if pairs.n == 0:
+    """Whether pairs like these, at their effect or `OPTIMISM` standard errors either side, would be
+    decided at n pairs: the test for stopping early when more rollouts are unlikely to help (it
+    never makes a verdict wrong, only undecided sooner)."""
+    if pairs.n < FUTILITY_AFTER:
         return True
     mean = (pairs.up - pairs.down) / pairs.n
     second = (pairs.up + pairs.down) / pairs.n
-    error = math.sqrt(max(second - mean * mean, 0.0) / pairs.n)
+    error = OPTIMISM * max(math.sqrt(max(second - mean * mean, 0.0) / pairs.n), 1 / pairs.n)
     for shift in (0.0, error, -error):
         low, high = pairs.scaled(n, shift).interval(design.look_alpha)
         if classify(low, high, design.epsilon) != UNDECIDED:

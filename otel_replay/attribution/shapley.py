@@ -6,8 +6,8 @@ cached, so the estimate stays unbiased), and each permutation is paired with its
 (antithetic sampling lowers the variance). The interval on each value is Student's t over the
 per-pair marginal contributions, at alpha split over the steps (Bonferroni): an approximation
 (the contributions are bounded, so it improves quickly with more pairs), stated as such. A value
-is `contributing` when its interval is above 0, `protective` below 0, `no effect` inside ±epsilon,
-else `undecided`.
+is `contributing` when its interval is above +epsilon, `protective` below 0, `no effect` inside
+±epsilon, else `undecided`.
 """
 
 from __future__ import annotations
