@@ -39,8 +39,8 @@ def _margin(trials: int) -> float:
 @pytest.mark.parametrize("coupling", ["independent", "shared"])
 def test_no_verdict_contradicts_the_true_effects_more_often_than_alpha(coupling):
     """1,350 scans per coupling (2,700 in all), nine cases: the share of scans with any verdict the
-    true effects contradict (a step called decisive or contributing whose effect is <= 0, locked-in
-    or no effect outside ±0.1, protective >= 0) stays at or below alpha."""
+    true effects contradict (a step called decisive or contributing whose effect is not above +0.1,
+    locked-in or no effect outside ±0.1, protective >= 0) stays at or below alpha."""
     scans = wrong = 0
     examples = []
     for case in CASES:

@@ -78,7 +78,7 @@ def judge(topology: Topology, steps: list[dict[str, Any]], epsilon: float = EPSI
     covered: list[bool] = []
     if effects is None:
         return {"false_decisive": false_decisive, "false_contributing": [], "false_cleared": [], "covered": None}
-    false_contributing = [s["index"] for s in steps if s["verdict"] == "contributing" and effects[s["index"]] <= 0]
+    false_contributing = [s["index"] for s in steps if s["verdict"] == "contributing" and effects[s["index"]] <= epsilon]
     false_cleared = [s["index"] for s in steps if s["verdict"] in ("locked-in", "no effect")
                      and abs(effects[s["index"]]) > epsilon]
     for s in steps:
@@ -241,7 +241,7 @@ TARGETS = {"top1_decided": 0.95, "top1": 0.90, "undecided": 0.10, "false_decisiv
 
 def _claims_wrong(case: dict[str, Any]) -> bool:
     """A blamed step the truth contradicts: decisive but not the planted culprit, contributing with no
-    real effect, or any blame on a control."""
+    effect beyond the band, or any blame on a control."""
     if case["truth"] is None:
         return case["predicted"] is not None or bool(case["false_decisive"] or case["false_contributing"])
     return bool(case["false_decisive"] or case["false_contributing"])
@@ -316,8 +316,8 @@ def format_accuracy_table(result: dict[str, Any]) -> str:
                   f"{_pct(summary['false_cleared'])} of cases; {_pct(summary['intervals_coverage'])} of the reported "
                   f"intervals cover their step's true effect (simultaneous 95%), the named culprit's in "
                   f"{_pct(summary['coverage'])}; {summary['calls']:,.0f} policy calls per case on average.",
-              "Wrong blame: a step called decisive that is not the planted culprit, a step called contributing whose "
-              "true effect is not above 0, or any blame on a control. True effects are computed exactly from each "
+              f"Wrong blame: a step called decisive that is not the planted culprit, a step called contributing whose "
+              f"true effect is not above +{EPSILON:g}, or any blame on a control. True effects are computed exactly from each "
               "topology's construction (`otel_replay.testing.planted.true_effects`); the sub-agent topology is "
               "judged on its culprit only."]
     for b in baselines:

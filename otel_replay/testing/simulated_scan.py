@@ -90,11 +90,12 @@ def simulate(case: Case, seed: int, coupling: str = "independent", design: Desig
 
 
 def false_claims(case: Case, estimates: list[StepEstimate], epsilon: float) -> list[str]:
-    """Every verdict the true effects contradict."""
+    """Every verdict the true effects contradict: decisive or contributing says the effect is beyond
+    +epsilon, locked-in or no effect that it is inside ±epsilon, protective that it is below 0."""
     wrong = []
     for est in estimates:
         effect = case.effects[est.index]
-        contradicted = {"decisive": effect <= 0, "contributing": effect <= 0, "locked-in": abs(effect) > epsilon,
+        contradicted = {"decisive": effect <= epsilon, "contributing": effect <= epsilon, "locked-in": abs(effect) > epsilon,
                         "no effect": abs(effect) > epsilon, "protective": effect >= 0}
         if contradicted.get(est.verdict):
             wrong.append(f"step {est.index} {est.verdict} with effect {effect:+.3f}")
