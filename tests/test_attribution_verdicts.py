@@ -189,3 +189,15 @@ def test_attribution_modules_import_one_way():
 
     for module in sorted(edges):
         visit(module, [])
+
+
+def test_the_old_adaptive_spelling_still_works_as_a_cap(recorded, cli_policies, tmp_path):
+    root, traces = recorded
+    out = CliRunner().invoke(cli, ["--store", str(root), "attribute", "--trace-id", traces["single-late"],
+                                   "--policies", cli_policies("single-late"), "--expect-contains", "OK", "--adaptive",
+                                   "--rollouts", "60", "--target-width", "0.3", "--json", str(tmp_path / "r.json")])
+    assert out.exit_code in (0, 4), out.output
+    assert "--target-width is no longer used" in out.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["sequential"] and report["max_rollouts"] == 60
+    assert max(s["n_held"] for s in report["steps"]) <= 60
