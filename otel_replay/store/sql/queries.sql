@@ -90,6 +90,7 @@ SELECT name, kind,
        count(DISTINCT trace_id) AS traces,
        count(*) FILTER (WHERE culprit) AS culprit_in,
        round(100.0 * count(*) FILTER (WHERE culprit) / count(DISTINCT trace_id), 1) AS culprit_pct,
+       count(*) FILTER (WHERE verdict = 'undecided') AS undecided_in,
        round(avg(estimate), 3) AS mean_effect,
        round(max(estimate), 3) AS max_effect
 FROM results
