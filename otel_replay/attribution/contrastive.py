@@ -62,11 +62,7 @@ class StepEstimate:
     decision: str | None = None  # harmful, protective, negligible, undecided, cleared; None: not tested
     stopped: str | None = None  # why sampling stopped: decided, cap, futile (more would not decide), budget
     to_decide: int | None = None  # rollouts per plan that would decide an undecided step (None: not by 100k)
-    calls_per_rollout: float | None = None  # policy calls a rollout of its re-decided arm took, on average
-
-    @property
-    def significant(self) -> bool:
-        return self.ci_low is not None and self.ci_low > 0
+    calls_per_rollout: float | None = None  # policy calls one more pair of its two arms takes, on average
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +116,7 @@ class RunnerOutcomes:
         rows = self.rows.get(boundary, {})
         return sum(r["policy_calls"] for r in rows.values()) / len(rows) if rows else None
 
-    def held_rows(self, boundary: int) -> list[Row]:
+    def rows_of(self, boundary: int) -> list[Row]:
         return list(self.rows.get(boundary, {}).values())
 
     @property

@@ -307,7 +307,7 @@ class Job:
         repair = None
         if p.repair and finding.culprit is not None:
             tried = repair_search.search(trajectory, runner, finding.culprit, resamplable,
-                                         source.held_rows(finding.culprit), p.design(), p.alpha)
+                                         source.rows_of(finding.culprit), p.design(), p.alpha)
             repair = tried[0] if tried else None
         verdict = finding_verdict(finding, resamplable, estimates, shapley)
         result = AttributionResult(
