@@ -81,7 +81,8 @@ def _variants(word: str) -> list[str]:
     return ["".join(p) for p in itertools.product(*options)]
 
 
-@pytest.mark.parametrize("word", ["cookie", "pwd", "passwd", "api.key", "secret", "id_token", "authtoken"])
+@pytest.mark.parametrize("word", ["cookie", "pwd", "passwd", "api.key", "secret", "id_token", "authtoken", "token",
+                                  "pass", "pin", "secretvalue", "secret_value", "passphrase"])
 def test_every_variant_of_a_sensitive_key_reaches_the_walk(word):
     """`SENSITIVE_NAME` reads `key.lower()` (K U+212A lowers to k; İ to 'i' + a combining dot): the
     gate must pass every key it matches, after any prefix (`http.request.header.`), in any JSON."""

@@ -33,7 +33,8 @@ BUILTINS: dict[str, str] = {
     "email": "email addresses",
     "credit_card": "card numbers of 13-19 digits with a known issuer prefix that pass the Luhn check",
     "sensitive_field": "the whole value of an attribute or JSON field named like a secret "
-                       "(authorization, cookie, password, api_key, client_secret, access_token, ...)",
+                       "(authorization, cookie, password, pass, passphrase, pin, token, api_key, client_secret, "
+                       "secretValue, access_token, ...)",
 }
 """Built-in detectors by name (what a placeholder and a step's `redacted` list say)."""
 
@@ -226,8 +227,9 @@ CARD_SCANS = tuple(
 _ANCHORS = frozenset(scan.anchor for scan in (*SCANS, *CARD_SCANS))
 _SHORT = 96  # up to this length a string's characters are read once (a set) instead of one find per scan
 SENSITIVE_NAME = re.compile(
-    r"(?:authorization|cookie|password|passwd|pwd|api[_\-.]?key|secret|secret[_\-.]?key|private[_\-.]?key"
-    r"|(?:access|refresh|id|auth|session|bearer|api)[_\-.]?token)\Z"
+    r"(?:authorization|cookie|password|passwd|pwd|passphrase|api[_\-.]?key|secret|secret[_\-.]?(?:key|value)"
+    r"|private[_\-.]?key|(?:access|refresh|id|auth|session|bearer|api)[_\-.]?token"
+    r"|(?:\A|[_\-.])(?:token|pass|pin))\Z"
 )
 MIN_BUILTIN_LENGTH = 6  # no built-in finding is shorter ("a@b.co")
 
@@ -310,12 +312,18 @@ def find(text: str, scans: tuple[_Scan, ...], cards: bool) -> list[Hit]:
 # The last three letters of a key word before '=' or ':' (`_KEY_REVERSED`, `SENSITIVE_NAME`): key, token,
 # secret, passwd, password, pwd; \xaa and \xbf end the UTF-8 of K (U+212A) and ſ (U+017F).
 _WORD = rb"[kK\xaa][eE][yY]|[kK\xaa][eE][nN]|[rR][eE][tT]|[sS\xbf][wW][dD]|[oO][rR][dD]|[pP][wW][dD]"
+# Key words `SENSITIVE_NAME` knows only as JSON keys (quoted, as orjson writes them), looked back for
+# only after the two letters before the quote could end one: pass, passphrase, pin, secret[_.]value.
+_Q = rb"[\"' ]:)"
+_JSON_KEY_WORDS = (rb"(?<=[pP][aA][sS\xbf][sS\xbf]" + _Q + rb"|(?<=[rR][aA][sS\xbf][eE]" + _Q
+                   + rb"|(?<=[pP][iI][nN]" + _Q + rb"|(?<=[tT][vV][aA][lL][uU][eE]" + _Q
+                   + rb"|(?<=[tT][:.][vV][aA][lL][uU][eE]" + _Q)
 _FOLDED = re.compile(
     # a tree of one-class looks back, so most ':' cost one or two: the byte before (a quote or space, as
     # after every JSON key; a key word's last letter; sk, gh?, xox?, github's), then the one before that
     rb":(?<=[\"' yYnNtTdDkabpousr]:)(?:"
-    rb"(?<=[\"' ]:)(?<=[yYnNtTdDeE][\"' ]:)(?<=[eEwWrRiIoO][yYnNtTdDeE][\"' ]:)"
-    rb"(?:(?<=(?:" + _WORD + rb"|[kK\xaa][iI][eE])[\"' ]:)(?P<kq>)"
+    rb"(?<=[\"' ]:)(?<=[yYnNtTdDeEsS\xbf][\"' ]:)(?<=[eEwWrRiIoOsSuU\xbf][yYnNtTdDeEsS\xbf][\"' ]:)"
+    rb"(?:(?<=(?:" + _WORD + rb"|[kK\xaa][iI][eE])[\"' ]:)(?P<kq>)|(?:" + _JSON_KEY_WORDS + rb")(?P<kj>)"
     rb"|(?<=[aA][uU][tT][hH][oO][rR][iI][zZ][aA][tT][iI][oO][nN]\":)(?P<ka>))"
     rb"|(?<=[yYnNtTdD]:)(?<=[eEwWrR][yYnNtTdD]:)(?<=(?:" + _WORD + rb"):)(?P<kw>)"
     rb"|(?<=[shxu][kabpousr]:)(?:(?<=sk:)(?=[A-Za-z0-9:]{20})(?P<sk>)|(?<=gh[pousr]:)(?=[A-Za-z0-9]{36})(?P<gh>)"
@@ -326,6 +334,7 @@ ANCHOR_BIT = _BIT
 """The gate's bit for each anchor of `SCANS`."""
 CARD_BIT = 1 << len(_BIT)
 _FOLDED_BITS = {"kq": _BIT[":"] | _BIT["="], "ka": _BIT[":"] | _BIT["="], "kw": _BIT[":"] | _BIT["="],
+                "kj": _BIT[":"] | _BIT["="],
                 "sk": _BIT["-"] | _BIT["_"], "xox": _BIT["-"], "gh": _BIT["_"], "ghp": _BIT["_"]}
 _ALL_FOLDED = _BIT["-"] | _BIT["_"] | _BIT[":"] | _BIT["="]
 _SK = _FOLDED_BITS["sk"]

@@ -59,7 +59,16 @@ __all__ = ["BUILTINS", "NONE", "PLACEHOLDER", "RedactionConfigError", "Redactor"
 
 NONE: frozenset[str] = frozenset()
 _MISS = (None,)
-_PROTOCOL_KEYS = frozenset({"role", "type"})  # message format, never content
+# The message format's own words, under "role" and "type" keys: never content, never redacted (a user's
+# broad pattern must not turn "assistant" into a placeholder). Any other value under those keys, at any
+# depth (a tool call's arguments are the caller's JSON), is scanned like every string.
+_PROTOCOL_WORDS = frozenset({
+    "system", "user", "assistant", "tool", "developer", "function", "model", "human", "ai", "chat",
+    "text", "tool_call", "tool_call_response", "reasoning", "thinking", "image", "image_url", "blob", "uri",
+    "file", "audio", "video", "document", "refusal", "object", "array", "string", "number", "integer",
+    "boolean", "null", "json_schema", "json_object",
+})
+_PROTOCOL_KEYS = frozenset({"role", "type"})
 _MEMO_MAX = 50_000
 _MEMO_MAX_BYTES = 16 * 1024 * 1024  # payload text the memos keep alive, all three (capture's memory stays bounded)
 _CONTAINERS = frozenset({dict, list, tuple})
@@ -162,16 +171,26 @@ class Redactor:
         """The text with every finding replaced, and the names of the rules that fired."""
         return self._text(text, None)
 
-    def _text(self, text: str, bound: int | None) -> tuple[str, frozenset[str]]:
-        """`text`; `bound`: the gate bits of JSON that held it (only those scans can find anything)."""
-        if len(text) < self._min_length or bound == 0:
-            return text, NONE
+    def _builtin_hits(self, text: str, bound: int | None) -> list[Hit]:
         if bound is None:
             hits = self._find(text, self._scans, self._cards, self._subsets)
         else:
             hits = find(text, chosen(self._scans, bound, self._subsets), self._cards and bool(bound & CARD_BIT))
-        if hits:
-            hits = [h for h in hits if h[2] in self._enabled]
+        return [h for h in hits if h[2] in self._enabled] if hits else hits
+
+    def _key(self, key: str, bound: int | None) -> tuple[str, frozenset[str]]:
+        """A JSON object key with the built-in detectors' findings replaced (an email or a token used as a
+        key); a user's patterns and functions are not applied to keys, which hold the value's structure."""
+        if len(key) < MIN_BUILTIN_LENGTH or bound == 0:
+            return key, NONE
+        hits = self._builtin_hits(key, bound)
+        return (self._replace(key, hits), frozenset(h[2] for h in hits)) if hits else (key, NONE)
+
+    def _text(self, text: str, bound: int | None) -> tuple[str, frozenset[str]]:
+        """`text`; `bound`: the gate bits of JSON that held it (only those scans can find anything)."""
+        if len(text) < self._min_length or bound == 0:
+            return text, NONE
+        hits = self._builtin_hits(text, bound)
         for name, regex, group in self._patterns:
             for m in regex.finditer(text):
                 start, end = m.span(group)
@@ -312,12 +331,13 @@ class Redactor:
         out: dict[Any, Any] | None = None
         names: frozenset[str] = NONE
         fields = self._fields
+        renamed: dict[Any, Any] = {}
         for k, v in value.items():
             rule = self.field(k) if fields and k.__class__ is str else None
             if rule is not None and v is not None:
                 new, found = self.placeholder.format(name=rule), frozenset({rule})
-            elif v.__class__ is str and (k in _PROTOCOL_KEYS or len(v) < self._min_length):
-                continue  # "role": "user", "type": "text": the message format, never content
+            elif v.__class__ is str and (len(v) < self._min_length or k in _PROTOCOL_KEYS and v in _PROTOCOL_WORDS):
+                new, found = v, NONE  # "role": "user", "type": "text": the message format, never content
             else:
                 new, found = self._value(v, bound)
             if new is not v:
@@ -326,6 +346,13 @@ class Redactor:
                 out[k] = new
             if found:
                 names = names | found
+            if k.__class__ is str:  # a key is text too: an email or a token used as a key
+                key, in_key = self._key(k, bound)
+                if in_key:
+                    renamed[k] = key
+                    names = names | in_key
+        if renamed:  # rebuilt in order, a redacted key in its place (two keys that redact alike keep the last value)
+            out = {renamed.get(k, k): v for k, v in (value if out is None else out).items()}
         return (value if out is None else out), names
 
     def _list(self, value: list[Any] | tuple[Any, ...], bound: int | None) -> tuple[Any, frozenset[str]]:
