@@ -5,7 +5,6 @@ the message format's own words are left alone."""
 
 from __future__ import annotations
 
-
 import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -90,3 +89,35 @@ def test_secrets_in_tool_call_arguments_never_reach_the_stored_message_bodies(tm
     assert "send it" in stored  # the rows are there
     for leaked in (SECRETS["email"], SECRETS["openai_key"], "4111 1111 1111 1111", "tok_abcdef123456", '"4321"'):
         assert leaked not in stored, leaked
+
+
+def test_a_langsmith_error_stores_no_secret_in_its_type_or_message(tmp_path):
+    """The error type is read from the error's text: only a dotted name before a parenthesis or colon
+    counts, and whatever is kept is scanned like the message beside it."""
+    trace, tool_id = "01a22dcb-e115-7677-9a4f-7792566b4851", "01a22dcb-e115-7677-9a4f-7792566b4852"
+    root = {"id": trace, "name": "agent", "run_type": "chain", "start_time": "2026-11-30T18:51:05.000000Z",
+            "end_time": "2026-11-30T18:51:07.000000Z", "trace_id": trace, "parent_run_id": None,
+            "dotted_order": "20261130T185105000000Z" + trace, "inputs": {"q": "refund?"}, "outputs": {"a": "no"}}
+    errors = [f"openai.AuthenticationError: Incorrect API key {SECRETS['openai_key']} (request 1)",
+              f"Incorrect key {SECRETS['openai_key']} for {SECRETS['email']}. Retry (later)",
+              f"{SECRETS['email']}.bad(1)"]
+    runs = [root]
+    for n, error in enumerate(errors):
+        run_id = tool_id[:-1] + str(n)
+        runs.append({"id": run_id, "name": f"lookup_{n}", "run_type": "tool",
+                     "start_time": f"2026-11-30T18:51:06.{n}00000Z", "end_time": f"2026-11-30T18:51:06.{n}50000Z",
+                     "trace_id": trace, "parent_run_id": trace,
+                     "dotted_order": f"{root['dotted_order']}.20261130T18510{6}{n}00000Z{run_id}",
+                     "inputs": {"order_id": "A-1"}, "outputs": None, "status": "error", "error": error})
+    (tmp_path / "runs.json").write_text(orjson.dumps(runs).decode())
+    from click.testing import CliRunner
+
+    from otel_replay.cli import main as cli
+
+    out = CliRunner().invoke(cli, ["--store", str(tmp_path / "store"), "import", "langsmith", str(tmp_path / "runs.json")])
+    assert out.exit_code == 0, out.output
+    rows = Store(tmp_path / "store").sql("select name, error_type, error_message from steps where error_type is not null "
+                                         "order by name").to_pylist()
+    assert [r["error_type"] for r in rows] == ["openai.AuthenticationError", "error", "error"]
+    stored = orjson.dumps(rows).decode()
+    assert SECRETS["openai_key"] not in stored and SECRETS["email"] not in stored

@@ -105,6 +105,9 @@ class Privacy:
             if step.error_message:
                 step.error_message, names = r._text(step.error_message, bound)
                 note("error", names)
+            if step.error_type:  # taken from error text by some sources: scanned like it
+                step.error_type, names = r._text(step.error_type, bound)
+                note("error", names)
         item.attributes, names = r.attributes(item.attributes, bound)
         note("attributes", names)
         span, names = self._span(span, bound)
@@ -122,9 +125,9 @@ class Privacy:
         if values.__class__ is not dict:
             return -1, -1
         step = item.step
-        if span.status_message or span.events or span.links or step is None or step.error_message:
+        if span.status_message or span.events or span.links or step is None or step.error_message or step.error_type:
             values = [values, span.status_message, [e.attributes for e in span.events], span.links,
-                      step and step.error_message]
+                      step and step.error_message, step and step.error_type]
         if step is None:
             return r._span_bits(values)
         content = step.content
@@ -173,6 +176,7 @@ def _fail_closed(item: NormalizedSpan, exc: Exception) -> NormalizedSpan:
     if step is not None:
         step.content = StepContent()
         step.error_message = None
+        step.error_type = "error" if step.error_type else None
         step.redacted = ["all:redaction-failed"]
     item.attributes = {}
     item.span = dataclasses.replace(item.span, status_message=None, resource={}, links=[],

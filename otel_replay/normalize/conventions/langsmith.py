@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -112,7 +113,9 @@ class LangSmith:
 
 
 def _error_type(error: Any) -> str:
-    """`ValueError("...")Traceback...` -> `ValueError`."""
+    """`ValueError("...")Traceback...` -> `ValueError`; `openai.AuthenticationError: ...` keeps its module.
+    Anything else before the first parenthesis, colon or line end (a message, which may hold a
+    secret) gives "error"."""
     text = str(error or "error")
-    head = text.split("(", 1)[0].strip()
-    return head if head.isidentifier() or "." in head else "error"
+    head = re.split(r"[(:\n]", text, maxsplit=1)[0].strip()
+    return head if head and all(part.isidentifier() for part in head.split(".")) else "error"
