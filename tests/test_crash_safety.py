@@ -46,6 +46,7 @@ def test_readers_never_see_a_half_written_segment(tmp_path):
     result = concurrent_reads(tmp_path / "store", seconds=2.5)
     assert result["errors"] == [], result
     assert result["count_went_down"] == 0, result  # a reader never sees rows disappear either
+    assert result["partial_batches_seen"] == 0, result  # nor a span without its step (a batch seen in part)
     assert result["queries"] >= 3 and result["files_read"] > 5 and result["final_count"] > 0, result
 
 

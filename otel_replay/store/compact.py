@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from otel_replay.store import queries
+from otel_replay.store.batches import read_batch_manifests, settle
 from otel_replay.store.catalog import StoreError
 from otel_replay.store.layout import segment_name, write_segment
 from otel_replay.store.lease import CompactionRunning, CompactorLease
@@ -35,6 +36,7 @@ from otel_replay.store.snapshot import (
 # but every connection parses every group's statistics in the footers: at 1,024 rows a day of
 # 10^7 spans had ~10k groups and a 30 MB footer to parse per query (`otel-replay bench scale`).
 ROW_GROUP = 8192
+TORN_AFTER_S = 3600.0  # a batch manifest whose segments are not all there after this long was torn by a crash
 DEFAULT_GRACE_S = 2.0  # a reader that listed the inputs just before the output appeared has read them (else it retries)
 _QUERY = {"span_rows": "compact_spans", "step_rows": "compact_steps", "message_rows": "compact_messages",
           "capture_stats": "compact_stats"}
@@ -89,6 +91,9 @@ def finish(root: StoreLike, *, older_than_s: float = 0.0) -> int:
     """
     location = StoreLocation.of(root)
     manifests = read_manifests(location)
+    if not manifests:
+        return 0
+    batches = read_batch_manifests(location)
     listed = {s.rel for t in {m.table for m in manifests} for s in location.segments(t)}
     done_ids = {m.name for m in committed(manifests, listed)}
     cutoff = time.time_ns() - int(older_than_s * 1e9)
@@ -104,6 +109,8 @@ def finish(root: StoreLike, *, older_than_s: float = 0.0) -> int:
         if m.name in done_ids:
             if any(rel in by_output and by_output[rel].name not in finished for rel in m.inputs):
                 return  # its predecessor is too young to finish: keep the chain for now
+            inputs = set(m.inputs)  # a batch that loses a segment here is whole in the output: its manifest goes first
+            location.delete_many([b.rel for b in batches if inputs.intersection(b.segments)])
             location.delete_many(m.inputs)
         location.delete(m.rel)
         finished.add(m.name)
@@ -138,6 +145,7 @@ def compact_store(root: StoreLike, only_days: list[str] | None = None, *, grace_
 def _compact(location: StoreLocation, only_days: list[str] | None, grace_s: float,
              tables: tuple[str, ...]) -> list[CompactResult]:
     finish(location, older_than_s=grace_s)  # what an earlier, interrupted run left
+    settle(location, torn_after_s=TORN_AFTER_S)  # finished batch manifests, batches torn long ago
     snap = take(location, tables)
     results = []
     for table in tables:

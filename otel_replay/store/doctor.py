@@ -6,7 +6,8 @@ a view is bound, and an error that names a segment marks it damaged for this pro
 catalog leaves it out and retries (with one warning naming the file). `doctor` does the full
 check: every page of every segment (page checksums, written since this version, catch most bit
 flips; older segments are checked by decoding and UTF-8 validation), then moves a damaged one
-to `<root>/quarantine/<its relative path>` with a note saying why, out of every read glob.
+to `<root>/quarantine/<its relative path>` with a note saying why, out of every read glob. It
+also finds batches torn by a crash (`otel_replay.store.batches`) and rolls them back.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from otel_replay.store.batches import read_batch_manifests, settle
 from otel_replay.store.layout import cleanup_temp
 from otel_replay.store.location import DIR_MODE, Segment, StoreLike, StoreLocation
 from otel_replay.store.schema import TABLES, schema_of
@@ -62,12 +64,23 @@ class DoctorReport:
     temp_removed: int = 0
     temp_stale: int = 0  # stale temp files found (and left, in check mode)
     temp_recent: int = 0  # temp files younger than the grace: a running writer may own them
+    torn: list[TornBatch] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
     def problems(self) -> int:
-        """Damaged segments plus stale temp files (what `--check` exits nonzero for)."""
-        return len(self.damaged) + self.temp_stale
+        """Damaged segments, torn batches and stale temp files (what `--check` exits nonzero for)."""
+        return len(self.damaged) + len(self.torn) + self.temp_stale
+
+
+@dataclass(frozen=True, slots=True)
+class TornBatch:
+    """A batch a crash cut short: the segments it wrote (hidden from readers), how many it meant to."""
+
+    manifest: str
+    written: tuple[str, ...]
+    planned: int
+    rolled_back: bool
 
 
 # -- the full check -------------------------------------------------------------------------------
@@ -179,6 +192,8 @@ def quarantine(location: StoreLocation, rel: str, error: str) -> str:
         location.write(dest + ".error.txt", lambda handle: handle.write(note.encode()))
         location.delete(rel)
     _DAMAGED.pop(location.uri(rel), None)
+    # the rest of its batch stays readable: a batch manifest naming it would hide them all
+    location.delete_many([m.rel for m in read_batch_manifests(location) if rel in m.segments])
     return dest
 
 
@@ -198,7 +213,8 @@ def _count_temp(root: Path, older_than_s: float) -> tuple[int, int]:
 
 def doctor(root: StoreLike, *, fix: bool = True, temp_grace_s: float = TEMP_GRACE_S,
            tables: Iterable[str] = TABLES, on_damage: Callable[[Damage], None] | None = None) -> DoctorReport:
-    """Check every segment; with `fix`, quarantine the damaged ones and remove stale temp files.
+    """Check every segment; with `fix`, quarantine the damaged ones, roll back torn batches (a crash
+    cut them short: their segments are deleted, they were never visible) and remove stale temp files.
 
     :param on_damage: called with each damaged segment as it is found (and moved, with `fix`).
     """
@@ -207,6 +223,8 @@ def doctor(root: StoreLike, *, fix: bool = True, temp_grace_s: float = TEMP_GRAC
         raise FileNotFoundError(f"no store at {location}")
     started = time.perf_counter()
     report = DoctorReport(root=location.display())
+    settled = settle(location, torn_after_s=temp_grace_s, fix=fix)
+    report.torn = [TornBatch(m.rel, tuple(written), len(m.segments), fix) for m, written in settled.torn]
     con = duckdb.connect()
     location.register(con)
     for table in tables:

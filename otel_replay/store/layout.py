@@ -20,8 +20,9 @@ import os
 import secrets
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -97,11 +98,23 @@ def write_segment(
     name: str | None = None,
 ) -> Path | str:
     """Write `data` as one zstd Parquet segment, atomically. Returns the local path or the URL."""
+    produce = parquet_producer(data, row_group_size=row_group_size, sorting_columns=sorting_columns)
+    return StoreLocation.of(root).write(segment_rel(table, day, name), produce)
 
-    def produce(handle) -> None:  # noqa: ANN001 (a binary file object)
+
+def segment_rel(table: str, day: str, name: str | None = None) -> str:
+    """Where a new segment of `table` for `day` goes, relative to the store root."""
+    return f"{table}/day={day}/{name or segment_name()}"
+
+
+def parquet_producer(data: pa.Table, *, row_group_size: int = 8192,
+                     sorting_columns: list[pq.SortingColumn] | None = None) -> Callable[[IO[bytes]], None]:
+    """A function that writes `data` as the store's Parquet into a binary file object."""
+
+    def produce(handle: IO[bytes]) -> None:
         write_parquet(data, handle, row_group_size=row_group_size, sorting_columns=sorting_columns)
 
-    return StoreLocation.of(root).write(f"{table}/day={day}/{name or segment_name()}", produce)
+    return produce
 
 
 def write_parquet(data: pa.Table, handle: Any, *, row_group_size: int = 8192,

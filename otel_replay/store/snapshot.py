@@ -19,6 +19,7 @@ the manifests second, then drops the inputs of committed manifests:
   row is never lost.
 
 Writers need no part in this: a segment written after step 1 is not an input and stays live.
+A batch manifest naming an input is removed before the input (`otel_replay.store.batches`).
 """
 
 from __future__ import annotations
@@ -28,18 +29,16 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from otel_replay.store.batches import LINGER_S, ManifestError, hidden_segments, read_batch_manifests
 from otel_replay.store.layout import segment_name
 from otel_replay.store.location import Segment, StoreLike, StoreLocation
 
 MANIFEST_DIR = "_compactions"
+ATTEMPTS = 3  # listings tried when one is slower than half a batch manifest's linger
 # Dependents first: a reader that lists a step also lists the payloads and span written before it,
 # and one that lists a finished job also lists its results.
 READ_ORDER = ("step_rows", "span_rows", "message_rows", "job_rows", "report_rows", "result_rows", "rollout_rows",
               "capture_stats")
-
-
-class ManifestError(ValueError):
-    """A compaction manifest cannot be read (it names the file)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,16 +125,23 @@ class Snapshot:
 
 
 def take(root: StoreLike, tables: Iterable[str]) -> Snapshot:
-    """List the tables (dependents first), then the manifests; leave out superseded inputs."""
+    """List the tables (dependents first), then the manifests; leave out superseded inputs and the
+    segments of batches not listed whole (being written, or torn: `otel_replay.store.batches`)."""
     location = StoreLocation.of(root)
     wanted = set(tables)
     order = [t for t in READ_ORDER if t in wanted] + sorted(wanted - set(READ_ORDER))
-    listed = {table: location.segments(table) for table in order}
-    manifests = read_manifests(location)
+    for _ in range(ATTEMPTS):
+        began = time.monotonic()
+        listed = {table: location.segments(table) for table in order}
+        manifests = read_manifests(location)
+        batches = read_batch_manifests(location)
+        if time.monotonic() - began < LINGER_S / 2:  # else a batch's manifest may be gone: list again
+            break
     names = {s.rel for segments in listed.values() for s in segments}
     dropped = {rel for m in committed(manifests, names) for rel in m.inputs}
+    hidden = hidden_segments(batches, names)
     snap = Snapshot(location, manifests=manifests)
     for table, segments in listed.items():
-        snap.live[table] = [s for s in segments if s.rel not in dropped]
+        snap.live[table] = [s for s in segments if s.rel not in dropped and s.rel not in hidden]
         snap.superseded[table] = [s for s in segments if s.rel in dropped]
     return snap

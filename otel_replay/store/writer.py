@@ -1,7 +1,7 @@
-"""Write a RowBatch as Parquet segments: messages first, then spans, then steps.
+"""Write a RowBatch as Parquet segments: messages first, then spans, then steps, as one batch.
 
-That order means a reader that sees a step also sees the payloads it addresses, even if the
-process dies between two files.
+Readers see a batch whole or not at all (`otel_replay.store.batches`), even if the process dies
+between two files.
 """
 
 from __future__ import annotations
@@ -15,7 +15,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from otel_replay.store.layout import day_of, write_parquet, write_segment
+from otel_replay.store.batches import write_batch_segments
+from otel_replay.store.layout import (
+    day_of,
+    parquet_producer,
+    segment_name,
+    segment_rel,
+    write_parquet,
+    write_segment,
+)
 from otel_replay.store.location import StoreLike, StoreLocation
 from otel_replay.store.rows import RowBatch, valid_text
 from otel_replay.store.schema import arrow_schemas, schema_of
@@ -68,16 +76,17 @@ class ArrowParts:
             self.steps.setdefault(day, []).append(to_arrow(rows, "step_rows", pace))
 
     def write(self, root: StoreLike) -> list[Path | str]:
-        """Every table's segments (messages first, then spans, then steps); returns them in write order."""
-        root = StoreLocation.of(root)
-        written: list[Path | str] = []
+        """Every table's segments (messages first, then spans, then steps) as one batch that readers
+        see whole or not at all (`otel_replay.store.batches`); returns them in write order."""
+        items = []
         if self.messages:
-            written.append(write_segment(root, "message_rows", day_of(None), pa.concat_tables(self.messages)))
+            items.append((segment_rel("message_rows", day_of(None)), parquet_producer(pa.concat_tables(self.messages))))
         for day, tables in sorted(self.spans.items()):
-            written.append(write_segment(root, "span_rows", day, pa.concat_tables(tables)))
+            items.append((segment_rel("span_rows", day), parquet_producer(pa.concat_tables(tables))))
         for day, tables in sorted(self.steps.items()):
-            written.append(write_segment(root, "step_rows", day, pa.concat_tables(tables)))
-        return written
+            items.append((segment_rel("step_rows", day), parquet_producer(pa.concat_tables(tables))))
+        name = segment_name().removesuffix(".parquet") + ".json"
+        return write_batch_segments(StoreLocation.of(root), items, name)
 
 
 def write_batch(root: StoreLike, batch: RowBatch, pace: Pace = None) -> list[Path | str]:
@@ -92,7 +101,7 @@ def warm_up() -> None:
     zstd codec: ~6 ms) here, once: a parent calls it before forking import workers, which then
     inherit it instead of each paying it."""
     arrow_schemas()
-    for table in ("message_rows", "span_rows", "step_rows"):
+    for table in ("message_rows", "span_rows", "step_rows", "capture_stats"):
         row = {f.name: None if f.nullable else _blank(f.type) for f in schema_of(table)}
         write_parquet(to_arrow([row], table), io.BytesIO())
 

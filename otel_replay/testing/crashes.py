@@ -7,7 +7,8 @@ checks the store:
 
 - it opens, and the catalog's queries work;
 - every `*.parquet` file reads whole with pyarrow; any other file is a writer's temp file
-  (`.<name>.tmp`, which no read glob matches);
+  (`.<name>.tmp`, which no read glob matches) or a manifest;
+- no span is visible without its step row (a batch is seen whole or not at all);
 - every span up to the last `flushed <n>` line is there: what a crash may lose is only what
   was still queued (`lost_flushed` must be 0).
 
@@ -29,7 +30,7 @@ import pyarrow.parquet as pq
 
 from otel_replay.testing.workload import REPO, Producer, tracer_for
 
-ALLOWED_DIRS = ("_compactions", "quarantine")
+ALLOWED_DIRS = ("_compactions", "_batches", "quarantine")
 
 
 @dataclass(slots=True)
@@ -80,9 +81,19 @@ def verify_store(root: Path, check: StoreCheck | None = None) -> StoreCheck:
         store = Store(root)
         store.sql("select count(*) from steps")
         store.list_traces(limit=5)
+        torn = _spans_without_steps(store)
+        if torn:
+            check.problems.append(f"{torn} chat spans are visible without their step rows (a torn batch)")
     except Exception as exc:  # noqa: BLE001
         check.problems.append(f"the store's views fail: {exc}")
     return check
+
+
+def _spans_without_steps(store: Any) -> int:
+    """Visible chat spans whose step row is not visible: a batch seen in part."""
+    return store.sql("select count(*) n from spans s where regexp_full_match(s.name, 'chat [0-9]+-[0-9]+') and not exists "
+                     "(select 1 from steps t where t.trace_id = s.trace_id and t.span_id = s.span_id)"
+                     ).column("n")[0].as_py()
 
 
 def _spans_of(root: Path, seed: int) -> set[int]:
@@ -158,6 +169,7 @@ def concurrent_reads(root: Path, seconds: float, seed: int = 7) -> dict[str, Any
     reads = files_read = 0
     errors: list[str] = []
     counts: list[int] = []
+    partial = 0  # reads that saw a chat span without its step
     seen: set[Path] = set()
     try:
         child.stdout.readline()
@@ -167,7 +179,9 @@ def concurrent_reads(root: Path, seconds: float, seed: int = 7) -> dict[str, Any
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             try:
-                counts.append(Store(root).sql("select count(*) n from spans").column("n")[0].as_py())
+                store = Store(root)
+                counts.append(store.sql("select count(*) n from spans").column("n")[0].as_py())
+                partial += _spans_without_steps(store) > 0
                 reads += 1
                 for path in set(root.glob("*/*/*.parquet")) - seen:
                     pq.read_table(path)
@@ -180,7 +194,7 @@ def concurrent_reads(root: Path, seconds: float, seed: int = 7) -> dict[str, Any
         child.communicate(timeout=60)
     shrank = sum(1 for a, b in zip(counts, counts[1:], strict=False) if b < a)
     return {"queries": reads, "files_read": files_read, "errors": errors, "count_went_down": shrank,
-            "final_count": counts[-1] if counts else 0}
+            "final_count": counts[-1] if counts else 0, "partial_batches_seen": partial}
 
 
 # -- the child --------------------------------------------------------------------------------------
