@@ -7,6 +7,7 @@ The writer thread does the rest. Nothing raised in here reaches the service.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -51,6 +52,8 @@ MARKERS = frozenset(
         "langfuse.observation.type",
     }
 )
+
+logger = logging.getLogger("otel_replay")
 
 
 def _attribute_dict(span: ReadableSpan) -> dict:
@@ -228,6 +231,7 @@ class ReplayProcessor(SpanProcessor):
         the caller's check and now, accept again at once, or nothing might switch back. The lock is
         only tried: when the writer holds it, it is resuming already."""
         self._route(self._shed)
+        self._writer.revive()  # a full queue may mean the writer thread died
         if len(self._queue) < self._queue.max_items and self._routing.acquire(blocking=False):
             try:
                 if not self._shutdown and self._state() is self._shed:
@@ -289,6 +293,7 @@ class ReplayProcessor(SpanProcessor):
             "internal_errors": self.internal_errors,
             "lost_store_unwritable": self._writer.lost_spans,
             "store_error": self._writer.store_error,  # why the store cannot be written now, else None
+            "writer_restarts": self._writer.restarts,  # writer threads that died and were replaced
         }
 
     # -- flush and shutdown --------------------------------------------------------------------
@@ -298,12 +303,15 @@ class ReplayProcessor(SpanProcessor):
         False if that took longer than the timeout, or if the store refused a write meanwhile (the
         spans were dropped and counted): True means what was queued before the call is on disk.
         """
-        if self._shutdown or not self._writer.thread.is_alive():
-            return not len(self._queue)
+        if self._shutdown:
+            return not self._writer.unwritten()
+        self._writer.revive()
         return self._writer.request_flush().wait(max(timeout_millis, 0) / 1000)
 
     def shutdown(self, timeout_millis: int = 30_000) -> None:
-        """Stop accepting spans, write what was accepted, stop the writer, within the timeout."""
+        """Stop accepting spans, write what was accepted, stop the writer, within the timeout.
+
+        What is still unwritten when the timeout ends is said in one warning (with the count)."""
         if self._shutdown:
             return
         deadline = time.monotonic() + max(timeout_millis, 0) / 1000
@@ -311,7 +319,13 @@ class ReplayProcessor(SpanProcessor):
             self._shutdown = True
             self._route(self._on_end_after_shutdown)  # the hot path then skips even the flag check
         self._writer.stop()
+        self._writer.revive()  # a writer thread that died still writes what was accepted
         self._writer.thread.join(max(deadline - time.monotonic(), 0))
+        left = self._writer.unwritten()
+        if self._writer.thread.is_alive() or left:
+            logger.warning("otel-replay: shutdown ended after %d ms with %d accepted spans not written to %s "
+                           "(the writer is %s)", timeout_millis, left, self.store,
+                           "still writing" if self._writer.thread.is_alive() else f"stopped: {self._writer.died}")
 
 
 class ReplayLogProcessor(LogRecordProcessor):

@@ -40,7 +40,7 @@ from otel_replay.normalize.records import LogEvent, SpanRecord
 from otel_replay.normalize.sources.sdk import log_from_sdk, span_from_sdk
 from otel_replay.store.location import StoreLocation
 from otel_replay.store.rows import RowBatch, RowBuilder
-from otel_replay.store.writer import Pace, write_batch, write_stats
+from otel_replay.store.writer import Pace, warm_up, write_batch, write_stats
 
 logger = logging.getLogger("otel_replay")
 
@@ -62,6 +62,32 @@ YIELDING_S = 0.001
 
 def _run_on() -> None:
     return None
+
+
+# A writer thread's first batch would import modules and load the schemas lazily (importlib,
+# pyarrow's Parquet writer, the zstd codec). A fork() in that window (gunicorn --preload, celery
+# prefork) would leave the child an import lock held by a thread it does not have. So each process
+# loads all of it once, at the start of its first writer thread, under a lock that fork() waits for.
+_loading = threading.Lock()
+_loaded_in: int | None = None  # the pid that loaded it (a forked child inherits what its parent loaded)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_loading.acquire, after_in_parent=_loading.release,
+                        after_in_child=_loading.release)
+
+
+def load_for_writing(root: StoreLocation | None = None) -> None:
+    """Import and build what writing a batch needs, once per process (and a remote store's
+    filesystem client), where no fork can cut it short."""
+    global _loaded_in
+    remote = root is not None and root.local is None
+    if _loaded_in is not None and not remote:
+        return
+    with _loading:
+        if _loaded_in is None:
+            warm_up()
+            _loaded_in = os.getpid()
+        if remote:
+            _ = root.fs  # fsspec and the protocol's implementation, imported on first use
 
 
 _REASONS = {
@@ -160,11 +186,35 @@ class CaptureWriter:
         self.write_failures = 0
         self.store_error: str | None = None
         self._root_seen = False  # once the store directory exists, it is never recreated
-        self.thread = threading.Thread(target=self._run, name="otel-replay-writer", daemon=True)
+        self.died: str | None = None  # what killed the last writer thread, if one died
+        self.restarts = 0
+        self._finished = False  # the loop returned after `stop`: no thread is wanted any more
+        self._revive_lock = threading.Lock()
+        self.thread = self._new_thread()
 
     # -- lifecycle -----------------------------------------------------------------------------
+    def _new_thread(self) -> threading.Thread:
+        return threading.Thread(target=self._run, name="otel-replay-writer", daemon=True)
+
     def start(self) -> None:
         self.thread.start()
+
+    def revive(self) -> bool:
+        """Start a new writer thread if the last one died (something got past every handler, e.g. an
+        exception raised into it from outside); True if one was started. Queued spans and the batch
+        in progress carry over; what the dead thread held in hand is counted as lost."""
+        if self.thread.is_alive() or self._finished:
+            return False
+        with self._revive_lock:
+            if self.thread.is_alive() or self._finished or not self.thread.ident:
+                return False
+            self.restarts += 1
+            self._count("writer thread restarted")
+            self._warn(f"otel-replay: the capture writer thread died ({self.died or 'unknown cause'}); a new one was "
+                       f"started and capture continues (restarts so far are counted in stats)", key="writer died")
+            self.thread = self._new_thread()
+            self.thread.start()
+            return True
 
     def request_flush(self) -> FlushRequest:
         request = FlushRequest(self.write_failures)
@@ -179,11 +229,23 @@ class CaptureWriter:
 
     # -- the loop ------------------------------------------------------------------------------
     def _run(self) -> None:
-        try:  # on this thread: a stat of a hung mount must not hold the service's thread
-            local = _local_dir(self.root)
-            self._root_seen = local is not None and local.is_dir()
-        except OSError:
-            pass
+        try:
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 - recorded; `revive` starts a new thread
+            self.died = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            self._count("writer thread died")
+
+    def _loop(self) -> None:
+        try:
+            load_for_writing(self.root if isinstance(self.root, StoreLocation) else None)
+        except Exception as exc:  # noqa: BLE001 - then the first write says what is wrong
+            self._count(f"writer error: {type(exc).__name__}")
+        if not self._root_seen:
+            try:  # on this thread: a stat of a hung mount must not hold the service's thread
+                local = _local_dir(self.root)
+                self._root_seen = local is not None and local.is_dir()
+            except OSError:
+                pass
         while True:
             self.wake.wait(self.flush_interval_s)
             self.wake.clear()
@@ -192,15 +254,21 @@ class CaptureWriter:
             stopping = self._stop
             try:
                 self._drain(force=bool(waiters) or stopping)
-            except Exception as exc:  # noqa: BLE001 - the writer must survive anything
+            except BaseException as exc:  # noqa: BLE001 - the writer must survive anything, even SystemExit
                 self.write_failures += 1  # what a waiting force_flush asked for may not be written
                 self._count(f"writer error: {type(exc).__name__}")
                 self._warn(f"otel-replay capture writer error (capture continues): {exc!r}")
-            for request in waiters:
-                request.ok = self.write_failures == request.failures_before
-                request.done.set()
+            finally:
+                for request in waiters:
+                    request.ok = self.write_failures == request.failures_before
+                    request.done.set()
             if stopping:
+                self._finished = True
                 return
+
+    def unwritten(self) -> int:
+        """Spans accepted but not on disk yet: queued, or in the batch being built."""
+        return len(self.queue) + len(self._batch)
 
     def _new_slice(self) -> None:
         self._slice_wall, self._slice_cpu = time.perf_counter(), time.thread_time()
