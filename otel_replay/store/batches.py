@@ -17,6 +17,7 @@ segments (their rows are in the compacted segment by then).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -29,6 +30,7 @@ from typing import IO
 from otel_replay.store.location import StoreLike, StoreLocation
 
 BATCH_DIR = "_batches"
+TORN_AFTER_S = 3600.0  # a batch whose segments are not all there after this long was torn by a crash
 LINGER_S = 2.0  # a reader lists a store in milliseconds (object storage: well under a second); one slower lists again
 
 
@@ -69,6 +71,7 @@ Produce = Callable[[IO[bytes]], None]
 
 _own: list[tuple[float, StoreLocation, str]] = []  # (finished at, store, manifest rel) of this process
 _own_lock = threading.Lock()
+_settled: set[str] = set()
 
 
 def write_batch_segments(root: StoreLike, items: list[tuple[str, Produce]], name: str) -> list:
@@ -78,7 +81,11 @@ def write_batch_segments(root: StoreLike, items: list[tuple[str, Produce]], name
     location = StoreLocation.of(root)
     if len(items) <= 1:
         return [location.write(rel, produce) for rel, produce in items]
-    manifest = BatchManifest(name, tuple(rel for rel, _ in items), time.time_ns(), socket.gethostname(), os.getpid())
+    if location.url not in _settled:  # once per process and store: what exited writers left
+        _settled.add(location.url)
+        with contextlib.suppress(OSError, ManifestError):  # a reader says so; this write goes on
+            settle(location, torn_after_s=TORN_AFTER_S)
+    manifest = BatchManifest(name, tuple(rel for rel, _ in items), time.time_ns(), _here(), os.getpid())
     location.write(manifest.rel, lambda handle: handle.write(manifest.to_json()))
     written = [location.write(rel, produce) for rel, produce in items]
     with _own_lock:
@@ -136,9 +143,17 @@ class Settled:
     rolled_back: int = 0  # torn batches whose segments (then manifest) were deleted
 
 
+def _here() -> str:
+    """This host and pid namespace: two containers may share a hostname, never a pid namespace."""
+    try:
+        return f"{socket.gethostname()}/pidns:{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return f"{socket.gethostname()}/pidns:?"
+
+
 def _dead_here(manifest: BatchManifest) -> bool:
-    """Whether the writer of `manifest` was a process on this host that is gone."""
-    if manifest.host != socket.gethostname() or manifest.pid <= 0 or manifest.pid == os.getpid():
+    """Whether the writer of `manifest` was a process of this host and pid namespace that is gone."""
+    if manifest.host != _here() or manifest.host.endswith("?") or manifest.pid <= 0 or manifest.pid == os.getpid():
         return False
     try:
         os.kill(manifest.pid, 0)

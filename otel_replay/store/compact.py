@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from otel_replay.store import queries
-from otel_replay.store.batches import read_batch_manifests, settle
+from otel_replay.store.batches import TORN_AFTER_S, read_batch_manifests, settle
 from otel_replay.store.catalog import StoreError
 from otel_replay.store.layout import segment_name, write_segment
 from otel_replay.store.lease import CompactionRunning, CompactorLease
@@ -36,7 +36,6 @@ from otel_replay.store.snapshot import (
 # but every connection parses every group's statistics in the footers: at 1,024 rows a day of
 # 10^7 spans had ~10k groups and a 30 MB footer to parse per query (`otel-replay bench scale`).
 ROW_GROUP = 8192
-TORN_AFTER_S = 3600.0  # a batch manifest whose segments are not all there after this long was torn by a crash
 DEFAULT_GRACE_S = 2.0  # a reader that listed the inputs just before the output appeared has read them (else it retries)
 _QUERY = {"span_rows": "compact_spans", "step_rows": "compact_steps", "message_rows": "compact_messages",
           "capture_stats": "compact_stats"}
