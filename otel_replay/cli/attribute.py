@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from otel_replay.attribution import (
     AttributionError,
@@ -20,13 +20,25 @@ from otel_replay.attribution import (
 from otel_replay.attribution.executors import ENGINES, EngineError, make_executor
 from otel_replay.attribution.job import load_params, select_traces
 from otel_replay.attribution.sequential import DEFAULT_ALPHA, DEFAULT_EPSILON, DEFAULT_MAX_ROLLOUTS
-from otel_replay.cli.output import StoreCommand, console, output_options, print_rows
+from otel_replay.cli.output import (
+    StoreCommand,
+    cell,
+    console,
+    echo,
+    output_options,
+    print_rows,
+    text_table,
+    visible,
+    write_file,
+    writing_to,
+)
 from otel_replay.cli.privacy import redaction_options, redactor_from
 from otel_replay.cli.replaying import load_policies
 from otel_replay.export.html import render_html
 from otel_replay.export.report import report_json
 from otel_replay.replay import policies
-from otel_replay.store import queries
+from otel_replay.store import StoreError, queries
+from otel_replay.store.catalog import check_predicate
 from otel_replay.trajectory import Store
 
 
@@ -48,10 +60,12 @@ def run_job(store: Store, job: Job) -> list[AttributionResult]:
                   TimeElapsedColumn(), console=console_err(), transient=True) as bar:
         task = bar.add_task("attributing", total=None, calls=0, leading="—")
         job.on_progress = lambda p: bar.update(task, completed=p.rollouts, calls=p.policy_calls,
-                                               leading=p.leading or "—", description=f"trace {p.trace[:8]}")
+                                               leading=escape(visible(p.leading or "—")),  # a step name: no markup
+                                               description=f"trace {p.trace[:8]}")
         click.echo(f"job {job.job_id} (if interrupted, continue it with --resume {job.job_id})", err=True)
         try:
-            results = job.run()
+            with writing_to(store, f"continue later with --resume {job.job_id}"):
+                results = job.run()
         except (AttributionError, VerifierError) as exc:
             raise click.ClickException(str(exc)) from exc
     if job.errored:
@@ -94,30 +108,36 @@ def print_result(store: Store, report: dict[str, Any]) -> None:
     if report.get("candidates") and verdict != "culprit-found":
         verdict += " between steps " + ", ".join(str(i) for i in report["candidates"])
     if report.get("steps"):
-        table = Table(title=f"attribution of {report['trace_id']} · {verdict}", header_style="bold")
-        for name in ("#", "kind", "name", "effect", _interval_header(report), "P(fail|held)", "P(fail|re-decided)",
-                     "n", "verdict"):
-            table.add_column(name)
+        table = text_table(f"attribution of {report['trace_id']} · {verdict}", (
+            "#", "kind", "name", "effect", _interval_header(report), "P(fail|held)", "P(fail|re-decided)", "n", "verdict"))
         for s in report["steps"]:
             interval = f"[{s['ci_low']:+.2f}, {s['ci_high']:+.2f}]" if s["ci_low"] is not None else ""
-            table.add_row(str(s["index"]), s["kind"], s["name"], _number(s["estimate"]), interval,
-                          _number(s["fail_held"], False), _number(s["fail_resampled"], False),
-                          str(s["n_held"]) if s["n_held"] else "", ("★ " if s["culprit"] else "") + s["verdict"])
+            table.add_row(*map(cell, (s["index"], s["kind"], s["name"], _number(s["estimate"]), interval,
+                                      _number(s["fail_held"], False), _number(s["fail_resampled"], False),
+                                      s["n_held"] or "", ("★ " if s["culprit"] else "") + s["verdict"])))
         console().print(table)
     if report.get("shapley"):
         names = {s["index"]: (s["kind"], s["name"]) for s in report.get("steps") or []}
-        table = Table(title=f"Shapley values of {report['trace_id']}" + ("" if report.get("steps") else f" · {verdict}"),
-                      header_style="bold")
-        for name in ("#", "kind", "name", "value", _interval_header(report), "pairs", "rank", "verdict"):
-            table.add_column(name)
+        table = text_table(f"Shapley values of {report['trace_id']}" + ("" if report.get("steps") else f" · {verdict}"),
+                           ("#", "kind", "name", "value", _interval_header(report), "pairs", "rank", "verdict"))
         for s in sorted(report["shapley"], key=lambda v: v["index"]):
             kind, name = names.get(s["index"], ("", ""))
-            table.add_row(str(s["index"]), kind, name, _number(s["value"]), f"[{s['ci_low']:+.2f}, {s['ci_high']:+.2f}]",
-                          str(s["samples"]), str(s["rank"]), ("★ " if s.get("culprit") else "") + s["verdict"])
+            table.add_row(*map(cell, (s["index"], kind, name, _number(s["value"]), f"[{s['ci_low']:+.2f}, {s['ci_high']:+.2f}]",
+                                      s["samples"], s["rank"], ("★ " if s.get("culprit") else "") + s["verdict"])))
         console().print(table)
     for key in ("what", "where", "why", "fix"):
-        click.echo(f"{key.upper():5} {report['explanation'][key]}")
+        echo(f"{key.upper():5} {report['explanation'][key]}")
     click.echo(f"{report['rollouts']} rollouts, {report['policy_calls']} policy calls, job {report['job_id']}")
+
+
+def _predicate(value: str | None) -> str | None:
+    """`--where`: one SQL expression over the traces view, nothing more (no `)` closing the WHERE)."""
+    if value is not None:
+        try:
+            check_predicate(value)
+        except StoreError as exc:
+            raise click.BadParameter(str(exc), param_hint="--where") from None
+    return value
 
 
 def _interval_header(report: dict[str, Any]) -> str:
@@ -125,17 +145,19 @@ def _interval_header(report: dict[str, Any]) -> str:
 
 
 def write_outputs(store: Store, reports: list[dict[str, Any]], json_path: Path | None, html_path: Path | None) -> None:
+    """The reports as files, 0600 like the store: they quote its prompts and outputs."""
     if json_path:
-        json_path.write_text(report_json(reports[0] if len(reports) == 1 else {"reports": reports}))
+        write_file(json_path, report_json(reports[0] if len(reports) == 1 else {"reports": reports}))
         click.echo(f"wrote {json_path}")
     if html_path:
-        html_path.write_text(render_html(reports[0], store.trajectory(reports[0]["trace_id"])))
+        write_file(html_path, render_html(reports[0], store.trajectory(reports[0]["trace_id"])))
         click.echo(f"wrote {html_path}")
 
 
 @click.command(cls=StoreCommand)
 @click.option("--trace-id", "trace_ids", multiple=True, help="A trace to attribute (repeatable).")
-@click.option("--where", help="A batch job: every trace matching this SQL predicate over the traces view.")
+@click.option("--where", callback=lambda ctx, param, value: _predicate(value),
+              help="A batch job: every trace matching this SQL predicate over the traces view.")
 @click.option("--resume", "resume", metavar="JOB_ID", help="Resume a job; finished rollouts are skipped.")
 @click.option("--policies", "policies_spec", metavar="MODULE", help="Module whose import registers policies.")
 @click.option("--verifier", help="pkg.module:function(final_output, rollout) -> score in [0, 1].")
@@ -257,7 +279,8 @@ def jobs(store: Store, limit: int, as_json: bool, as_csv: bool) -> None:
 
 @click.command(cls=StoreCommand)
 @click.option("--job", "job_id", help="Only this job's results (default: every job).")
-@click.option("--where", help="Only traces matching this SQL predicate over the traces view.")
+@click.option("--where", callback=lambda ctx, param, value: _predicate(value),
+              help="Only traces matching this SQL predicate over the traces view.")
 @output_options
 @click.pass_obj
 def aggregate(store: Store, job_id: str | None, where: str | None, as_json: bool, as_csv: bool) -> None:

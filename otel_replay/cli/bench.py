@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from otel_replay.cli.output import dumps
+from otel_replay.cli.output import dumps, write_file
 
 
 def _sizes(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
@@ -72,7 +72,7 @@ def _command(name: str, module: str, run: str, table: str, summary: str, options
         result = getattr(bench_module, run)(quick=quick, **extra)
         click.echo(getattr(bench_module, table)(result))
         if json_path:
-            json_path.write_text(dumps(result, indent=2))
+            write_file(json_path, dumps(result, indent=2))
 
     for option in options:
         option(command)

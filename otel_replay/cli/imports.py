@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from otel_replay.cli.output import StoreCommand
+from otel_replay.cli.output import StoreCommand, echo, writing_to
 from otel_replay.cli.privacy import privacy_from, privacy_options
 from otel_replay.normalize.privacy import Privacy
 from otel_replay.normalize.sources.files import SourceBatch, UnreadableFile
@@ -22,17 +22,17 @@ def _summary(batches: list[SourceBatch], result: IngestResult) -> int:
     """Print what was stored and skipped; returns how many records were skipped."""
     stored, already, steps, problems, unmatched = (result.spans, result.already_stored, result.steps,
                                                    result.problems, result.unmatched_logs)
-    click.echo(f"imported {result.traces} traces: {stored} spans stored ({steps} steps), {already} already in the store")
+    echo(f"imported {result.traces} traces: {stored} spans stored ({steps} steps), {already} already in the store")
     if result.redacted_steps:
         click.echo(f"redacted before storage: content of {result.redacted_steps} steps (`otel-replay show` marks them)")
     skipped = [(loc, why) for b in batches for loc, why in b.skipped]
     if skipped:
         click.echo(f"skipped {len(skipped)} records:")
-        for reason, n in Counter(why for _, why in skipped).most_common(10):
+        for reason, n in Counter(why for _, why in skipped).most_common(10):  # reasons quote the input: visible
             first = next(loc for loc, why in skipped if why == reason)
-            click.echo(f"  {n} × {reason} (first at {first})")
+            echo(f"  {n} × {reason} (first at {first})")
     for problem in problems[:10]:
-        click.echo(f"  stored without payload: {problem}")
+        echo(f"  stored without payload: {problem}")
     if unmatched:
         click.echo(f"{unmatched} log events matched no span of this import; import them with their trace file")
     return len(skipped)
@@ -49,9 +49,11 @@ def make_import(fmt: str) -> click.Command:
     def command(store: Store, paths: tuple[Path, ...], redact_rules: Path | None, no_redact: bool,
                 payloads: str, jobs: int) -> None:
         privacy = Privacy(*privacy_from(redact_rules, no_redact, payloads))
-        store.root.ensure()
         try:
-            batches, result = import_files(store.root, fmt, paths, jobs=jobs, privacy=privacy)
+            with writing_to(store, "rerun the import once it is writable (what is already stored is not "
+                                   "stored twice)"):
+                store.root.ensure()
+                batches, result = import_files(store.root, fmt, paths, jobs=jobs, privacy=privacy)
         except UnreadableFile as exc:
             raise click.ClickException(str(exc)) from exc
         skipped = _summary(batches, result)

@@ -6,9 +6,8 @@ import json
 from typing import Any
 
 import click
-from rich.table import Table
 
-from otel_replay.cli.output import StoreCommand, console
+from otel_replay.cli.output import StoreCommand, cell, console, echo, text_table, writing_to
 from otel_replay.cli.preview import shorten
 from otel_replay.replay import policies
 from otel_replay.replay.caveats import redaction_caveats
@@ -46,16 +45,15 @@ def replay(store: Store, trace_id: str, policies_spec: str | None) -> None:
     load_policies(policies_spec)
     trajectory = store.trajectory(trace_id)
     check = verify_factual(trajectory)
-    table = Table(title=f"factual replay of {check.trace_id}", header_style="bold")
-    for name in ("#", "kind", "name", "served from", "recorded output", "replayed output", "inputs", "ok"):
-        table.add_column(name)
+    table = text_table(f"factual replay of {check.trace_id}",
+                       ("#", "kind", "name", "served from", "recorded output", "replayed output", "inputs", "ok"))
     for s in check.steps:
-        table.add_row(str(s.index), s.kind, s.name, s.source, s.recorded[:12], s.replayed[:12],
-                      "same" if s.inputs_match else "DIFFER", "✓" if s.ok else "✗")
+        table.add_row(*map(cell, (s.index, s.kind, s.name, s.source, s.recorded[:12], s.replayed[:12],
+                                  "same" if s.inputs_match else "DIFFER", "✓" if s.ok else "✗")))
     console().print(table)
     click.echo(f"final output: recorded {check.final_recorded[:12]} replayed {check.final_replayed[:12]}")
     for caveat in redaction_caveats(trajectory, check.run):
-        click.echo(f"caveat: {caveat}")
+        echo(f"caveat: {caveat}")
     if check.run.unreplayable:
         raise click.ClickException(f"not replayable: {check.run.unreplayable}")
     bad = check.first_mismatch
@@ -110,13 +108,14 @@ def fork(store: Store, trace_id: str, step: int, do_value: Any, observe_value: A
         raise click.ClickException(str(exc)) from exc
     if run.unreplayable:
         raise click.ClickException(f"fork failed, nothing stored: {run.unreplayable}")
-    child = store_fork(store.root, parent, run, step)
-    click.echo(f"child trace {child} (parent {parent.trace_id}, fork at step {step}, plan {run.plan}, seed {seed})")
+    with writing_to(store):
+        child = store_fork(store.root, parent, run, step)
+    echo(f"child trace {child} (parent {parent.trace_id}, fork at step {step}, plan {run.plan}, seed {seed})")
     click.echo(f"diverged at step {run.diverged_at}" if run.diverged_at is not None else "no step changed")
     click.echo(f"policy calls: {run.policy_calls}")
     for caveat in redaction_caveats(parent, run):
-        click.echo(f"caveat: {caveat}")
-    click.echo(f"final output: {run.final_output}")
+        echo(f"caveat: {caveat}")
+    echo(f"final output: {run.final_output}")
 
 
 @click.command(cls=StoreCommand)
@@ -129,16 +128,14 @@ def diff(store: Store, trace_a: str, trace_b: str) -> None:
     Example: otel-replay diff 4bf92f 9c01ab
     """
     result = diff_trajectories(store.trajectory(trace_a), store.trajectory(trace_b))
-    table = Table(title=f"{result.a} vs {result.b}", header_style="bold")
-    for name in ("#", "A", "B", "change"):
-        table.add_column(name)
+    table = text_table(f"{result.a} vs {result.b}", ("#", "A", "B", "change"))
     for c in result.changes:
-        table.add_row(str(c.index), c.a or "—", c.b or "—", c.change)
+        table.add_row(*map(cell, (c.index, c.a or "—", c.b or "—", c.change)))
     console().print(table)
     first = result.first_divergence
     click.echo("no divergence" if first is None else f"first divergence: step {first}")
-    click.echo(f"final A: {shorten(result.final_a, 150)}")
-    click.echo(f"final B: {shorten(result.final_b, 150)}")
+    echo(f"final A: {shorten(result.final_a, 150)}")
+    echo(f"final B: {shorten(result.final_b, 150)}")
 
 
 COMMANDS = [replay, fork, diff]

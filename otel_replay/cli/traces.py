@@ -7,9 +7,17 @@ import re
 import time
 
 import click
-from rich.table import Table
 
-from otel_replay.cli.output import StoreCommand, cell, console, dumps, output_options, print_rows
+from otel_replay.cli.output import (
+    StoreCommand,
+    cell,
+    console,
+    dumps,
+    echo,
+    output_options,
+    print_rows,
+    text_table,
+)
 from otel_replay.cli.preview import shorten, step_preview
 from otel_replay.trajectory import Store
 
@@ -67,20 +75,18 @@ def show(store: Store, trace_id: str, as_json: bool) -> None:
         click.echo(dumps(trajectory.to_dict(), indent=2))
         return
     agents = {a.span_id: a for a in trajectory.agents}
-    out = Table(title=f"trace {trajectory.trace_id} · {trajectory.root_name} · {trajectory.status}",
-                header_style="bold")
-    for name in ("#", "kind", "name", "model", "agent", "span", "ms", "status", "inputs → output"):
-        out.add_column(name, overflow="fold")
+    out = text_table(f"trace {trajectory.trace_id} · {trajectory.root_name} · {trajectory.status}",
+                     ("#", "kind", "name", "model", "agent", "span", "ms", "status", "inputs → output"), overflow="fold")
     for step in trajectory.steps:
         agent = agents.get(step.agent_span_id or "")
-        out.add_row(str(step.index), step.kind, step.name, step.model or "", step.agent or (agent.name if agent else ""),
-                    step.span_id, cell(step.duration_ms), step.status + (" · redacted" if step.redacted else ""),
-                    step_preview(step))
+        out.add_row(*map(cell, (step.index, step.kind, step.name, step.model, step.agent or (agent.name if agent else ""),
+                                step.span_id, step.duration_ms, step.status + (" · redacted" if step.redacted else ""),
+                                step_preview(step))))
     console().print(out)
     redacted = [f"step {s.index}: {', '.join(s.redacted)}" for s in trajectory.steps if s.redacted]
     if redacted:
-        click.echo("redacted before storage (a policy that re-runs these steps sees placeholders): " + "; ".join(redacted))
-    click.echo(f"final output: {shorten(trajectory.final_output, 200) or '(none)'}")
+        echo("redacted before storage (a policy that re-runs these steps sees placeholders): " + "; ".join(redacted))
+    echo(f"final output: {shorten(trajectory.final_output, 200) or '(none)'}")
 
 
 @click.command(cls=StoreCommand)

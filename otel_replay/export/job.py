@@ -9,6 +9,7 @@ from typing import Any
 from otel_replay.export import files
 from otel_replay.export.blame import DEFAULT_SERVICE, blame_spans
 from otel_replay.export.otlp import ExportError, send
+from otel_replay.export.private import write_private
 from otel_replay.store import queries
 from otel_replay.trajectory import Store
 
@@ -62,5 +63,8 @@ def export_reports(store: Store, reports: list[dict[str, Any]], to: str, *, out:
         text = json.dumps(document, indent=1, ensure_ascii=False)
         if out is None:
             raise ExportError(f"--to {to} writes a file: give --out FILE")
-        out.write_text(text)
+        try:
+            write_private(out, text)  # 0600: the original trace's spans, as private as the store
+        except OSError as exc:
+            raise ExportError(f"cannot write {out}: {exc.strerror or exc}") from exc
     return blame_total

@@ -7,6 +7,7 @@ the only shared state is immutable Parquet files.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -35,6 +36,79 @@ def _configure(con: duckdb.DuckDBPyConnection) -> None:
 
 class StoreError(Exception):
     """A store operation failed in a way the user can act on."""
+
+
+class ForbiddenSQL(StoreError):
+    """The user's SQL tried to do more than read the store (write, other files, ATTACH, SET, ...)."""
+
+
+READ_ONLY = ("(SQL over a store is one SELECT over its views and tables, reading nothing else: no COPY, no other "
+             "file or URL, no ATTACH, INSTALL, LOAD or SET)")
+
+
+def _lock_down(con: duckdb.DuckDBPyConnection, uris: list[str]) -> None:
+    """From here on the connection may read the store's segments behind its views, and nothing else:
+    no other file or URL, no ATTACH, INSTALL or LOAD, and no setting changed back."""
+    guard = queries.load("guard.sql")
+    con.execute(guard["allow_paths"], [uris])
+    con.execute(guard["disable_external_access"])
+    con.execute(guard["lock_configuration"])
+
+
+def _one_select(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Raise ForbiddenSQL unless `sql` is exactly one SELECT (WITH, VALUES, DESCRIBE, SHOW and
+    SUMMARIZE are SELECTs too). SQL that does not parse is left to DuckDB's own error, with its caret."""
+    try:
+        statements = con.extract_statements(sql)
+    except duckdb.ParserException:
+        return
+    kinds = [s.type.name for s in statements]
+    if kinds != ["SELECT"]:
+        what = f"{len(kinds)} statements ({', '.join(kinds)})" if len(kinds) != 1 else kinds[0]
+        raise ForbiddenSQL(f"not allowed: {what} {READ_ONLY}")
+
+
+_PROBE = "SELECT * FROM traces WHERE "  # parsed, never run: a predicate must be its WHERE and nothing else
+
+
+def _tree(node: Any) -> Any:
+    """A parse tree without the source positions (the same expression anywhere in the text compares equal)."""
+    if isinstance(node, dict):
+        return {k: _tree(v) for k, v in node.items() if not k.startswith("query_location")}
+    if isinstance(node, list):
+        return [_tree(v) for v in node]
+    return node
+
+
+def check_predicate(predicate: str) -> None:
+    """Raise StoreError unless `predicate` is exactly one SQL expression (what `--where` takes).
+
+    DuckDB parses `SELECT * FROM traces WHERE <predicate>`, bare and in parentheses: both must be
+    one SELECT whose only difference from `... WHERE TRUE` is that WHERE clause, the same in both.
+    So `x) OR (y`, `x; COPY ...`, `x UNION SELECT ...`, `x ORDER BY ...` or `x --` are refused
+    before anything runs."""
+    con = duckdb.connect()
+    try:
+        parsed = [json.loads(con.execute(queries.load("guard.sql")["serialize_select"], [_PROBE + text]).fetchall()[0][0])
+                  for text in (predicate, f"({predicate})", "TRUE")]
+    finally:
+        con.close()
+    not_one = StoreError(f"--where {predicate!r} is not one SQL expression over the traces view (a condition such "
+                         "as status = 'error' AND steps > 3, with nothing closing the WHERE or added after it)")
+    for doc in parsed[:2]:
+        if doc.get("error"):
+            said = str(doc.get("error_message"))
+            if said.startswith("Only SELECT"):  # a second statement of another kind
+                raise not_one
+            raise StoreError(f"--where {predicate!r} is not valid SQL: {said}")
+    shapes, wheres = [], []
+    for doc in parsed:
+        nodes = [_tree(s.get("node")) for s in doc.get("statements", [])]
+        where = nodes[0].pop("where_clause", None) if len(nodes) == 1 and isinstance(nodes[0], dict) else None
+        shapes.append(nodes)
+        wheres.append(where)
+    if not (shapes[0] == shapes[1] == shapes[2] and wheres[0] is not None and wheres[0] == wheres[1]):
+        raise not_one
 
 
 class UnknownTrace(StoreError):
@@ -70,21 +144,26 @@ class Catalog:
         """A new in-memory connection with the views `spans`, `steps`, `messages`, `traces`."""
         return self._open()[0]
 
-    def _open(self) -> tuple[duckdb.DuckDBPyConnection, Snapshot]:
+    def _open(self, locked: bool = False) -> tuple[duckdb.DuckDBPyConnection, Snapshot]:
+        """A connection with the views over one snapshot; `locked`: able to read those segments only."""
         for attempt in range(ATTEMPTS):
             snap = self._snapshot()
             con = duckdb.connect()
             try:
                 _configure(con)
                 self.root.register(con, snap.segments())
+                read: list[str] = []
                 for table in TABLES:
                     uris = usable(snap.uris(table))  # minus segments found damaged (doctor.py)
                     if uris:
                         con.read_parquet(uris, hive_partitioning=True, union_by_name=True).create_view(table)
                     else:
                         con.register(table, _empty_with_day(table))
+                    read += uris
                 for sql in queries.views().values():
                     con.execute(sql)
+                if locked:
+                    _lock_down(con, read)
                 return con, snap
             except duckdb.Error as exc:
                 con.close()
@@ -124,11 +203,12 @@ class Catalog:
         except OSError:
             return False
 
-    def read(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+    def read(self, fn: Callable[[duckdb.DuckDBPyConnection], T], *, locked: bool = False) -> T:
         """Run `fn` on a fresh connection; again on a fresh snapshot if a compaction removed a
-        segment it was reading (the rows are then in the compacted segment)."""
+        segment it was reading (the rows are then in the compacted segment). `locked`: the
+        connection can read the store's segments and nothing else (for SQL a user wrote)."""
         for attempt in range(ATTEMPTS):
-            con, snap = self._open()
+            con, snap = self._open(locked)
             try:
                 return fn(con)
             except duckdb.Error as exc:
@@ -142,8 +222,20 @@ class Catalog:
         raise AssertionError("unreachable")
 
     def sql(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
-        """Run any SQL over the views; results as an Arrow table."""
-        return self.read(lambda con: con.sql(sql, params=params or []).to_arrow_table())
+        """Run one SELECT over the views; results as an Arrow table.
+
+        The SQL may be a user's (`otel-replay sql`, `--where`), so it runs locked down: one SELECT
+        statement, on a connection that reads the store's segments and nothing else (no other file
+        or URL, COPY, ATTACH, INSTALL, LOAD or SET). ForbiddenSQL says what was refused."""
+        def run(con: duckdb.DuckDBPyConnection) -> pa.Table:
+            _one_select(con, sql)
+            return con.sql(sql, params=params or []).to_arrow_table()
+
+        try:
+            return self.read(run, locked=True)
+        except duckdb.PermissionException as exc:
+            said = str(exc).splitlines()[0].removeprefix("Permission Error: ")
+            raise ForbiddenSQL(f"not allowed: {said} {READ_ONLY}") from exc
 
     def named(self, name: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         return self.read(lambda con: con.execute(queries.query(name), params or []).fetchall())
