@@ -6,7 +6,7 @@ import json
 
 import click
 
-from otel_replay.cli.output import StoreCommand
+from otel_replay.cli.output import StoreCommand, echo, writing_to
 from otel_replay.store.compact import DEFAULT_GRACE_S, compact_store
 from otel_replay.store.doctor import TEMP_GRACE_S, Damage
 from otel_replay.store.doctor import doctor as run_doctor
@@ -30,7 +30,7 @@ def status(store: Store) -> None:
     click.echo(f"rows: {traces} traces, {spans} spans, {steps} steps, {messages} distinct payloads")
     for host, pid, _, accepted, dropped, skipped, reasons in store.named("capture_health_rows"):
         line = f"capture {host}/{pid}: accepted {accepted}, dropped (queue full) {dropped}, skipped {skipped}"
-        click.echo(line + (f" {json.loads(reasons)}" if skipped else ""))
+        echo(line + (f" {json.loads(reasons)}" if skipped else ""))  # as recorded by each process: visible
 
 
 @click.command(cls=StoreCommand)
@@ -44,10 +44,11 @@ def compact(store: Store, only_day: str | None, grace_s: float) -> None:
     Safe while services keep writing and others read (run one compaction at a time per store).
     Example: otel-replay compact --day 2026-11-30
     """
-    removed = cleanup_temp(store.root)
-    for r in compact_store(store.root, [only_day] if only_day else None, grace_s=grace_s):
-        click.echo(f"{r.day} {r.table}: {r.files_in} segments -> 1 ({r.rows_out} rows, "
-                   f"{r.bytes_in / 1e6:.2f} MB -> {r.bytes_out / 1e6:.2f} MB)")
+    with writing_to(store):
+        removed = cleanup_temp(store.root)
+        for r in compact_store(store.root, [only_day] if only_day else None, grace_s=grace_s):
+            click.echo(f"{r.day} {r.table}: {r.files_in} segments -> 1 ({r.rows_out} rows, "
+                       f"{r.bytes_in / 1e6:.2f} MB -> {r.bytes_out / 1e6:.2f} MB)")
     if removed:
         click.echo(f"removed {removed} temp files left by crashed writers")
 
@@ -64,7 +65,7 @@ def doctor(store: Store, check_only: bool, temp_age_s: float) -> None:
     """
     def say(d: Damage) -> None:
         where = f" -> moved to {d.quarantined_to}" if d.quarantined_to else ""
-        click.echo(f"damaged segment {d.rel}: {d.error}{where}", err=True)
+        echo(f"damaged segment {d.rel}: {d.error}{where}", err=True)  # the error may quote the file's bytes
 
     try:
         report = run_doctor(store.root, fix=not check_only, temp_grace_s=temp_age_s, on_damage=say)
