@@ -10,7 +10,10 @@
    spans dropped and counted, and whether capture resumed once the fault was undone.
 3. Crashes: `kill -9` of a writing process at random moments, 50 times (5 quick), ten into each store:
    spans lost beyond the unflushed queue (must be 0), the queue lost, whether the store opens.
-4. Readers during writes: queries and whole-file reads while a writer writes.
+4. Readers during writes: queries and whole-file reads while a writer writes; spans seen
+   without their steps (a batch seen in part). Torn batches: `import` killed right after its
+   payload segment and right after its span segment: rows visible, what `doctor --check` finds,
+   whether a rerun stores every span and step.
 5. Damaged segments: truncated and bit-flipped segments; queries over the rest; what `doctor` finds.
 6. Fuzzing: inputs fuzzed (count, time), from `otel_replay.testing.fuzzing.fuzz_summary` when
    that module exists.
@@ -34,6 +37,7 @@ from otel_replay.testing.corruption import corruption_trials
 from otel_replay.testing.crashes import concurrent_reads, run_crash_trials
 from otel_replay.testing.faults import KINDS, run_fault_scenario
 from otel_replay.testing.overload import run_overload
+from otel_replay.testing.torn import torn_trials
 
 MB = 1024 * 1024
 
@@ -145,6 +149,7 @@ def run_reliability_bench(quick: bool = False, store_dir: Path | None = None, si
         crashes.pop("trials")
         result["crashes"] = crashes
         result["readers"] = timed("readers", concurrent_reads, work / "readers", sizes.read_s)
+        result["torn"] = timed("torn", torn_trials, work / "torn")
         result["corruption"] = timed("corruption", corruption_trials, work / "corruption", sizes.damaged)
         result["fuzz"] = timed("fuzz", fuzz_figures, sizes.fuzz_s)
     finally:
@@ -214,6 +219,9 @@ def _store_rows(result: dict[str, Any]) -> list[list[str]]:
         ["readers during writes", f"{r['queries']:,} queries, {r['files_read']} segments read whole, "
          f"{len(r['errors'])} errors, count went down {r['count_went_down']} times", "0 errors",
          _verdict(not r["errors"] and not r["count_went_down"])],
+        ["readers during writes: batches seen in part", f"{r.get('partial_batches_seen', 0)} of {r['queries']:,} "
+         "queries saw a span without its step", "0", _verdict(not r.get("partial_batches_seen"))],
+        *_torn_rows(result.get("torn")),
         ["damaged segments: found by doctor", f"{d['detected']} of {d['damaged']} ({d['by_mode']['truncate']} "
          f"truncated: {d['detected_by_mode']['truncate']}; {d['by_mode']['flip']} bit flips: "
          f"{d['detected_by_mode']['flip']}); undetected flips reading back identical: {d['undetected_harmless']}, "
@@ -226,6 +234,20 @@ def _store_rows(result: dict[str, Any]) -> list[list[str]]:
                                                                                      "doctor" in d["query"]["refused"]))],
         ["inputs fuzzed (count, time)", fuzz_text(fuzz), "no crash, every target ran", fuzz_ok],
     ]
+
+
+def _torn_rows(torn: dict[str, Any] | None) -> list[list[str]]:
+    if not torn:
+        return []
+    rows = []
+    for k in torn["kills"]:
+        ok = (k["killed"] and k["visible_rows"] == 0 and k["torn_found"] == 1 and k["rerun_ok"]
+              and k["stored_spans"] == k["stored_steps"] == torn["spans"])
+        rows.append([f"torn batch: import killed after its {k['after'].removesuffix('_rows')} segment",
+                     f"{k['visible_rows']} rows visible; doctor --check found {k['torn_found']} torn batch; rerun "
+                     f"stored {k['stored_spans']:,} spans and {k['stored_steps']:,} steps of {torn['spans']:,}",
+                     "nothing visible, found, all stored on rerun", _verdict(ok)])
+    return rows
 
 
 def format_reliability_table(result: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from otel_replay.bench.imports import _trace, write_otlp_json
 from otel_replay.testing.workload import REPO
@@ -51,3 +52,29 @@ def _child(store: str, file: str, table: str) -> None:
 
 if __name__ == "__main__":
     _child(*sys.argv[1:4])
+
+
+def torn_trials(root: Path, traces: int = 40) -> dict[str, Any]:
+    """`import` killed after each table's segment in turn: what readers saw, what a rerun stored,
+    and what `doctor --check` reported before the rerun."""
+    from otel_replay import Store
+    from otel_replay.store.doctor import doctor
+
+    file = root / "runs.json"
+    root.mkdir(parents=True, exist_ok=True)
+    spans = otlp_file(file, traces)
+    out: dict[str, Any] = {"spans": spans, "kills": []}
+    for n, table in enumerate(("message_rows", "span_rows")):
+        store = root / f"store-{n}"
+        code = import_killed_after(store, file, table)
+        visible = Store(store).sql("select (select count(*) from spans) + (select count(*) from steps) n"
+                                   ).column("n")[0].as_py()
+        check = doctor(store, fix=False)
+        rerun = subprocess.run([sys.executable, "-c", "from otel_replay.cli import main; main()", "--store", str(store),
+                                "import", "otlp", "--jobs", "1", str(file)], cwd=REPO, capture_output=True, text=True,
+                               timeout=300)
+        counts = Store(store).sql("select (select count(*) from spans) s, (select count(*) from steps) t").to_pylist()[0]
+        out["kills"].append({"after": table, "killed": code == -signal.SIGKILL, "visible_rows": visible,
+                             "torn_found": len(check.torn), "rerun_ok": rerun.returncode == 0,
+                             "stored_spans": counts["s"], "stored_steps": counts["t"]})
+    return out
