@@ -38,10 +38,13 @@ def test_every_part_reports_and_holds(result: dict) -> None:
     assert overload["exceptions"] == []
     assert result["failures"]["deleted"]["exceptions"] == 0 and result["failures"]["deleted"]["resumed"]
     assert crashes["kills"] == 2 and crashes["survived"] == 2 and crashes["lost_flushed_max"] == 0
-    assert result["readers"]["errors"] == []
+    assert result["readers"]["errors"] == [] and result["readers"]["partial_batches_seen"] == 0
+    assert [k["after"] for k in result["torn"]["kills"]] == ["message_rows", "span_rows"]
+    assert all(k["visible_rows"] == 0 and k["torn_found"] == 1 and k["stored_steps"] == result["torn"]["spans"]
+               for k in result["torn"]["kills"])
     assert result["corruption"]["undetected_harmful"] == 0 and result["corruption"]["clean_after_doctor"]
     assert result["fuzz"] == {"available": False, "why": "not run (no time given)"}
-    assert set(result["seconds"]) == {"overload", "failures", "crashes", "readers", "corruption", "fuzz"}
+    assert set(result["seconds"]) == {"overload", "failures", "crashes", "readers", "torn", "corruption", "fuzz"}
 
 
 def test_table_names_every_figure(result: dict) -> None:
@@ -49,6 +52,7 @@ def test_table_names_every_figure(result: dict) -> None:
     for label in ("overload: byte cap vs peak held", "overload: drops counted", "overload: resident memory growth",
                   "service thread span.end()", "store failure: deleted", "crashes: kill -9 while writing",
                   "crashes: spans lost beyond the unflushed queue", "readers during writes",
+                  "batches seen in part", "torn batch: import killed after its span segment",
                   "damaged segments: found by doctor", "inputs fuzzed (count, time)"):
         assert label in table
     header, rule = table.splitlines()[:2]
