@@ -9,15 +9,18 @@ backslashes, newlines, tabs), digits, dashes and colons, non-ASCII letters that 
 
 from __future__ import annotations
 
+import base64
 import enum
 import json
+import urllib.parse
 
 import orjson
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from otel_replay.normalize.detectors import ANCHOR_BIT, CARD_BIT, SCANS, find, gate
+from otel_replay.normalize.detectors import ANCHOR_BIT, CARD_BIT, PERCENT_BIT, SCANS, find, gate
+from otel_replay.normalize.detectors_web import PERCENT
 from otel_replay.normalize.pipeline import normalize_span
 from otel_replay.normalize.privacy import Privacy
 from otel_replay.normalize.records import SpanEvent, SpanRecord
@@ -55,12 +58,14 @@ def cards(draw: st.DrawFn) -> str:
     number = luhn_complete(prefix + draw(chars("0123456789", length - len(prefix) - 1, length - len(prefix) - 1)))
     if draw(st.booleans()):
         number = number[:-1] + str((int(number[-1]) + 1) % 10)  # fails Luhn: must stay
-    style = draw(st.sampled_from(["plain", "groups", "random"]))
+    style = draw(st.sampled_from(["plain", "groups", "random", "amex"]))
     if style == "groups":
-        sep = draw(st.sampled_from([" ", "-"]))
+        sep = draw(st.sampled_from([" ", "-", ".", "\u00a0", "\u202f"]))
         return sep.join(number[i:i + 4] for i in range(0, len(number), 4))
+    if style == "amex":  # 4-6-5, or any split, with dots
+        return ".".join(number[a:b] for a, b in ((0, 4), (4, 10), (10, None)))
     if style == "random":
-        return "".join(c + draw(st.sampled_from(["", "", " ", "-"])) for c in number[:-1]) + number[-1]
+        return "".join(c + draw(st.sampled_from(["", "", " ", "-", ".", "\u00a0", "\u202f"])) for c in number[:-1]) + number[-1]
     return number
 
 
@@ -80,7 +85,37 @@ def assignments(draw: st.DrawFn) -> str:
     return f"{word}{gap}{sep}{quote}{value}{quote}"
 
 
-SECRETS = st.one_of(
+LOCAL = "abcdefghijklmnopqrstuvwxyzéøßçü用户名ИванΣ" + "._%+-0123456789"
+DOMAIN = "abcdefghijklmnopqrstuvwxyzäöü例子测试пример-0123456789"
+
+
+@st.composite
+def web_secrets(draw: st.DrawFn) -> str:
+    """Secrets as the web writes them: basic auth, cookie headers, URL credentials, IDN emails."""
+    kind = draw(st.sampled_from(["basic", "cookie", "url", "idn"]))
+    if kind == "basic":
+        pair = draw(chars(ALNUM + ":", 1, 20)) + draw(st.sampled_from([":", ""])) + draw(chars(ALNUM, 0, 12))
+        token = base64.b64encode(pair.encode()).decode()
+        return draw(st.sampled_from(["Basic ", "BASIC\t", "Authorization: Basic ", "basic "])) + (
+            token.rstrip("=") if draw(st.booleans()) else token)
+    if kind == "cookie":
+        name = draw(st.sampled_from(["Cookie", "Set-Cookie", "cookie", "set-cookie", "COOKIE", "Coo\u212aie", '"Cookie"']))
+        value = draw(chars(ALNUM + "=;/ .-_", 0, 30))
+        return f"{name}{draw(st.sampled_from([':', ': ', ':  ', ' :', '=']))}{value}"
+    if kind == "url":
+        scheme = draw(st.sampled_from(["postgresql", "mysql", "redis", "mongodb+srv", "amqp", "https", "x", ""]))
+        user = draw(chars(ALNUM + ".-", 0, 8))
+        password = draw(chars(ALNUM + "!$&*+,;=~.-:@%", 0, 12))
+        host = draw(st.sampled_from(["host", "db.example.com", "localhost:5432", "h", "[::1]"]))
+        path = draw(st.sampled_from(["", "/db", "/?x=1", "#f", " next"]))
+        return f"{scheme}://{user}{draw(st.sampled_from([':', '']))}{password}@{host}{path}"
+    local = draw(chars(LOCAL, 1, 10))
+    labels = [draw(chars(DOMAIN, 1, 8)) for _ in range(draw(st.integers(1, 3)))]
+    tld = draw(st.sampled_from(["de", "公司", "рф", "com", "x", "中国", "1a"]))
+    return f"{local}@{'.'.join(labels)}.{tld}"
+
+
+PLAIN_SECRETS = st.one_of(
     st.builds(lambda p, b: p + b, st.sampled_from(["sk-", "sk-proj-", "sk-ant-", "sk-ant-api03-", "task-"]),
               chars(ALNUM + "_-", 15, 40)),
     st.builds(lambda m, b: f"sk_{m}_{b}", st.sampled_from(["live", "test", "prod"]), chars(ALNUM, 12, 30)),
@@ -99,7 +134,12 @@ SECRETS = st.one_of(
     st.builds(lambda a, b, c: f"{a}@{b}.{c}", chars(ALNUM + "._%+-", 1, 12), chars(ALNUM + "-.", 1, 12),
               chars("abcdefghijklmnopqrstuvwxyz", 1, 4)),
     cards(),
+    web_secrets(),
 )
+# any of them percent-encoded, whole (every character) or as a URL query encodes it, maybe twice
+ENCODED = st.builds(lambda text, safe, twice: urllib.parse.quote(urllib.parse.quote(text, safe) if twice else text, safe),
+                    PLAIN_SECRETS, st.sampled_from(["", "/", "-_.~"]), st.booleans())
+SECRETS = st.one_of(PLAIN_SECRETS, ENCODED.map(lambda e: "https://example.org/q?v=" + e), ENCODED)
 
 # -- noise ----------------------------------------------------------------------------------------
 TRICKY = ' \n\t\r"\'\\:=-_@./,;{}[]()<>`0123456789ABJKSIaeknorstyzd\u212a\u017f\u0130\u0131\u00e9\u4e2d\U0001f600\x00\x7f'
@@ -145,6 +185,8 @@ def test_a_scan_whose_gate_failed_finds_nothing(text):
             assert find(text, (scan,), False) == [], scan.names
     if not bits & CARD_BIT:
         assert find(text, (), True) == []
+    if not bits & PERCENT_BIT:
+        assert PERCENT.search(text) is None
     assert bool(gate(data, stop=True)) == bool(bits)
 
 

@@ -18,6 +18,16 @@ import dataclasses
 import re
 from collections.abc import Callable, Iterable
 
+from otel_replay.normalize.detectors_web import (
+    BASIC,
+    COOKIE,
+    URL_AT,
+    pick_basic,
+    pick_cookie,
+    pick_url_password,
+    userinfo_password,
+)
+
 BUILTINS: dict[str, str] = {
     "openai_key": "OpenAI API keys: sk-..., sk-proj-...",
     "anthropic_key": "Anthropic API keys: sk-ant-...",
@@ -29,14 +39,20 @@ BUILTINS: dict[str, str] = {
     "private_key": "PEM private key blocks",
     "jwt": "JSON Web Tokens: eyJ....eyJ....sig",
     "bearer_token": "the token after 'Bearer ' (Authorization headers)",
+    "basic_auth": "the credentials after 'Basic ' (HTTP basic auth: base64 of user:password)",
+    "cookie_header": "the value of a 'Cookie:' or 'Set-Cookie:' header written in text",
+    "url_credentials": "the password of user:password@ in a URL (postgresql://, mysql://, redis://, "
+                       "mongodb+srv://, amqp://, https://...)",
     "secret_assignment": "the value in api_key=..., \"password\": \"...\", token: ..., client_secret=...",
-    "email": "email addresses",
-    "credit_card": "card numbers of 13-19 digits with a known issuer prefix that pass the Luhn check",
+    "email": "email addresses, internationalized ones too (non-ASCII local part or domain)",
+    "credit_card": "card numbers of 13-19 digits with a known issuer prefix that pass the Luhn check, "
+                   "undivided or in groups (spaces, dashes, no-break spaces, or dots between 4-digit groups)",
     "sensitive_field": "the whole value of an attribute or JSON field named like a secret "
                        "(authorization, cookie, password, pass, passphrase, pin, token, api_key, client_secret, "
                        "secretValue, access_token, ...)",
 }
-"""Built-in detectors by name (what a placeholder and a step's `redacted` list say)."""
+"""Built-in detectors by name (what a placeholder and a step's `redacted` list say). Each also finds
+its secret percent-encoded in a URL (`user%40example.com`): `detectors_web.percent_hits`."""
 
 Hit = tuple[int, int, str]  # start, end, detector name
 
@@ -75,12 +91,17 @@ def _pick_bearer(text: str, m: re.Match[str]) -> Hit | None:
     return (m.start(1), m.end(1), "bearer_token") if _after_word(text, m.start()) else None
 
 
-_LOCAL_PART_REVERSED = re.compile(r"[A-Za-z0-9._%+\-]{1,64}")
+_LOCAL_PART_REVERSED = re.compile(r"[\w.%+\-]{1,64}")  # \w: letters and digits of any script, and '_'
 
 
 def _pick_email(text: str, m: re.Match[str]) -> Hit | None:
     local = _LOCAL_PART_REVERSED.match(text[max(m.start() - 64, 0):m.start()][::-1])
-    return (m.start() - local.end(), m.end(), "email") if local else None
+    if not local:
+        return None
+    start = m.start() - local.end()
+    if start and text[start - 1] == ":" and userinfo_password(text, m.start()) is not None:
+        return None  # the password@host of a URL: `url_credentials`, which leaves the host readable
+    return start, m.end(), "email"
 
 
 # The key before a ':' or '=', read backwards from the separator (a reversed regex anchored there
@@ -124,6 +145,17 @@ def card_issuer_ok(digits: str) -> bool:
 _DIGIT_GROUPS = re.compile(r"[0-9]+")
 
 
+def _dotted_ok(run: str, groups: list[tuple[int, int]], i: int, j: int) -> bool:
+    """Whether groups i..j of a run may be one card: dots only between card-like groups
+    (4, then 3-6 digits each, at least three groups, every separator a dot), so that a decimal
+    number ('5.123456789012345') or a version is not read as a card."""
+    seps = {run[groups[k][1]:groups[k + 1][0]] for k in range(i, j)}
+    if "." not in seps:
+        return True
+    return (seps == {"."} and j - i >= 2 and groups[i][1] - groups[i][0] == 4
+            and all(3 <= b - a <= 6 for a, b in groups[i + 1:j + 1]))
+
+
 def _card_hits(text: str, start: int, end: int) -> list[Hit]:
     """Card numbers in a run of digit groups: any consecutive groups of 13-19 digits that are one.
 
@@ -141,7 +173,7 @@ def _card_hits(text: str, start: int, end: int) -> list[Hit]:
                 break
             if total >= 13:
                 digits = "".join(run[a:b] for a, b in groups[i:j + 1])
-                if card_issuer_ok(digits) and luhn_ok(digits):
+                if card_issuer_ok(digits) and luhn_ok(digits) and _dotted_ok(run, groups, i, j):
                     found = j
                     break
         if found is None:
@@ -157,7 +189,8 @@ def _pick_card(text: str, m: re.Match[str]) -> list[Hit]:
 
 
 _ZERO_DIGITS = bytes.maketrans(b"123456789", b"000000000")
-_CARD_RUN = re.compile(rb"0000(?<![0-9A-Za-z.\-]0000)(?:[ \-]?0){9,}")
+_CARD_SEPARATORS = " \\-.\u00a0\u202f"  # space, dash, dot, no-break space, narrow no-break space
+_CARD_RUN = re.compile(rb"0000(?<![0-9A-Za-z.\-]0000)(?:[ \-.\xa0]?0){9,}")
 
 
 def _dense_cards(text: str) -> list[Hit]:
@@ -165,7 +198,10 @@ def _dense_cards(text: str) -> list[Hit]:
 
     (Five scans, one per issuer's first digit, cost ~4x more there; a copy costs ~3 µs per 4 KB.)
     """
-    data = text.encode("ascii") if text.isascii() else text.encode("latin-1", "replace")  # 1 byte per char
+    if text.isascii():
+        data = text.encode("ascii")
+    else:  # 1 byte per char (U+202F as U+00A0: both separate groups)
+        data = text.replace("\u202f", "\xa0").encode("latin-1", "replace")
     hits: list[Hit] = []
     for m in _CARD_RUN.finditer(data.translate(_ZERO_DIGITS)):
         hits += _card_hits(text, m.start(), m.end())
@@ -212,15 +248,20 @@ SCANS: tuple[_Scan, ...] = (
           "J", 2, (), _pick_word("jwt"), 35),
     _Scan(frozenset({"bearer_token"}), re.compile(r"B(?:earer|EARER)[ \t]+([A-Za-z0-9._~+/\-]{8,}=*)"), "B", 0, (),
           _pick_bearer, 15),
-    _Scan(frozenset({"email"}), re.compile(r"@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,}"), "@", 0, (),
+    _Scan(frozenset({"basic_auth"}), BASIC, "B", 0, (), pick_basic, 14),
+    # a domain's labels in any script ([^\W_]: a letter or digit), a top-level domain of letters
+    _Scan(frozenset({"email"}), re.compile(r"@(?:[^\W_]|-)+(?:\.(?:[^\W_]|-)+)*\.[^\W\d_]{2,}"), "@", 0, (),
           _pick_email),
+    _Scan(frozenset({"url_credentials"}), URL_AT, "@", 0, (), pick_url_password, 7),
+    _Scan(frozenset({"cookie_header"}), COOKIE, ":", 0, (), pick_cookie, 9),
     *(_Scan(frozenset({"secret_assignment"}),
             re.compile(sep + r"(?:(?<=[eE][yYnNtT]" + sep + r")|(?<=[rRwW][dD]" + sep + r")|(?<=[eE][yYnNtT][\"' ]"
                        + sep + r")|(?<=[rRwW][dD][\"' ]" + sep + "))" + _VALUE), sep, 0, (), _pick_assignment)
       for sep in (":", "=")),
 )
 CARD_SCANS = tuple(
-    _Scan(frozenset({"credit_card"}), re.compile(first + r"(?<![0-9A-Za-z.\-]" + first + r")[0-9]{3}(?:[ \-]?[0-9]){9,}"),
+    _Scan(frozenset({"credit_card"}),
+          re.compile(first + r"(?<![0-9A-Za-z.\-]" + first + r")[0-9]{3}(?:[" + _CARD_SEPARATORS + r"]?[0-9]){9,}"),
           first, 0, (), _pick_card, 13)
     for first in "23456"  # the first digits of issuers' numbers
 )
@@ -303,8 +344,8 @@ def find(text: str, scans: tuple[_Scan, ...], cards: bool) -> list[Hit]:
 # folded into ':' and '\' dropped (one-byte replaces, fast when they are few), then the scan for ':'
 # looks back at most a few bytes for a key word (api_key=, "password":, token:, a JSON key named like
 # a secret), for sk-/sk_, xox?-, gh?_ or github_. Folding and dropping only join bytes, so they can add
-# a match, never remove one. Card numbers: digits made '0', then one scan for "0000". The rest
-# (A, B, J, @) are rare: a memchr, then their own scan. A gate never reads a character JSON escapes
+# a match, never remove one. Card numbers: digits made '0' (no-break spaces made spaces), then one scan
+# for "0000". The rest (A, B, J, @, and % for percent-encoding) are rare: a memchr, then their own scan. A gate never reads a character JSON escapes
 # (", \, tab and other controls) except the quote after a key word, and it reads the bytes a case-
 # insensitive key word may hold in place of k and s (K U+212A, ſ U+017F). JSON inside a string (a
 # backslash every few bytes) is so dense in ':' and digits that running the scans costs less: it skips
@@ -321,35 +362,43 @@ _JSON_KEY_WORDS = (rb"(?<=[pP][aA][sS\xbf][sS\xbf]" + _Q + rb"|(?<=[rR][aA][sS\x
 _FOLDED = re.compile(
     # a tree of one-class looks back, so most ':' cost one or two: the byte before (a quote or space, as
     # after every JSON key; a key word's last letter; sk, gh?, xox?, github's), then the one before that
-    rb":(?<=[\"' yYnNtTdDkabpousr]:)(?:"
+    rb":(?<=[\"' yYnNtTdDeEkabpousr]:)(?:"
     rb"(?<=[\"' ]:)(?<=[yYnNtTdDeEsS\xbf][\"' ]:)(?<=[eEwWrRiIoOsSuU\xbf][yYnNtTdDeEsS\xbf][\"' ]:)"
     rb"(?:(?<=(?:" + _WORD + rb"|[kK\xaa][iI][eE])[\"' ]:)(?P<kq>)|(?:" + _JSON_KEY_WORDS + rb")(?P<kj>)"
     rb"|(?<=[aA][uU][tT][hH][oO][rR][iI][zZ][aA][tT][iI][oO][nN]\":)(?P<ka>))"
     rb"|(?<=[yYnNtTdD]:)(?<=[eEwWrR][yYnNtTdD]:)(?<=(?:" + _WORD + rb"):)(?P<kw>)"
+    rb"|(?<=[eE]:)(?<=[kK][iI][eE]:)(?P<kc>)"  # Cookie:, Set-Cookie: (quoted, it is a `kq`)
     rb"|(?<=[shxu][kabpousr]:)(?:(?<=sk:)(?=[A-Za-z0-9:]{20})(?P<sk>)|(?<=gh[pousr]:)(?=[A-Za-z0-9]{36})(?P<gh>)"
     rb"|(?<=xox[abposr]:)(?=[A-Za-z0-9:]{10})(?P<xox>)|(?<=github:)(?=pat:[A-Za-z0-9:]{22})(?P<ghp>)))"
 )
-_BIT = {anchor: 1 << i for i, anchor in enumerate("-_AJB@:=")}
+_BIT = {anchor: 1 << i for i, anchor in enumerate("-_AJB@:=%")}
 ANCHOR_BIT = _BIT
-"""The gate's bit for each anchor of `SCANS`."""
+"""The gate's bit for each anchor of `SCANS`, and '%' for percent-encoded text (no scan of its own:
+`detectors_web.percent_hits` decodes it and runs every scan)."""
+PERCENT_BIT = _BIT["%"]
 CARD_BIT = 1 << len(_BIT)
 _FOLDED_BITS = {"kq": _BIT[":"] | _BIT["="], "ka": _BIT[":"] | _BIT["="], "kw": _BIT[":"] | _BIT["="],
-                "kj": _BIT[":"] | _BIT["="],
+                "kj": _BIT[":"] | _BIT["="], "kc": _BIT[":"],
                 "sk": _BIT["-"] | _BIT["_"], "xox": _BIT["-"], "gh": _BIT["_"], "ghp": _BIT["_"]}
 _ALL_FOLDED = _BIT["-"] | _BIT["_"] | _BIT[":"] | _BIT["="]
 _SK = _FOLDED_BITS["sk"]
 _RARE = (  # anchor, its bits, how far before it a match starts, the condition (over the unfolded bytes)
     (ord("A"), _BIT["A"], 0, re.compile(rb"A(?:[KS]IA[0-9A-Z]{16}|Iza[0-9A-Za-z_\-]{35})")),
     (ord("J"), _BIT["J"], 2, re.compile(rb"eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10}")),
-    (ord("B"), _BIT["B"] | _BIT["-"], 0, re.compile(rb"B(?:earer|EARER|EGIN)")),  # BEGIN: a PEM block ('-' scan)
-    (ord("@"), _BIT["@"], 0, re.compile(rb"@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2}")),
+    # BEGIN: a PEM block ('-' scan); Basic: HTTP basic auth
+    (ord("B"), _BIT["B"] | _BIT["-"], 0, re.compile(rb"B(?:earer|EARER|EGIN|asic|ASIC)")),
+    # an email, its domain in any script (a byte >= 0x80: part of a non-ASCII character)
+    (ord("@"), _BIT["@"], 0, re.compile(rb"@[A-Za-z0-9\-\x80-\xff]+(?:\.[A-Za-z0-9\-\x80-\xff]+)*\.[A-Za-z\x80-\xff]{2}")),
 )
+_USERINFO_GATE = re.compile(rb"://[^\s/?#]*:[^\s/?#]*@")  # user:password@ in a URL (the other '@' scan)
+_PERCENT_GATE = re.compile(rb"%[0-9A-Fa-f]{2}")
+_NO_BREAK_SPACES = (b"\xc2\xa0", b"\xe2\x80\xaf")  # U+00A0, U+202F in UTF-8: card group separators
 # every card run: 4 digits, then 9 more with single separators, not right after a digit (a text's run never
 # is; a control character escaped before one, "\u0011", makes a longer run that still starts with 4 digits)
 # Below this many bytes JSON in a string is gated as any text: the gate costs little there, while a
 # walk with every scan costs a few µs per string (a small JSON tool result made redacting its span 3x dearer).
 _DENSE_FROM = 1024
-_CARD_GATE = re.compile(rb"0000(?<!00000)(?:[ \-]?0){9}")
+_CARD_GATE = re.compile(rb"0000(?<!00000)(?:[ \-.]?0){9}")
 
 
 def gate(data: bytes, stop: bool = False) -> int:
@@ -365,6 +414,16 @@ def gate(data: bytes, stop: bool = False) -> int:
                 if stop:
                     return bit
                 bits |= bit
+        if 64 in data and not bits & _BIT["@"]:
+            scheme = data.find(b"://")
+            if scheme >= 0 and _USERINFO_GATE.search(data, scheme) is not None:
+                if stop:
+                    return _BIT["@"]
+                bits |= _BIT["@"]
+    if 37 in data and _PERCENT_GATE.search(data, data.find(37)) is not None:
+        if stop:
+            return PERCENT_BIT
+        bits |= PERCENT_BIT
     cards = 50 in data or 51 in data or 52 in data or 53 in data or 54 in data  # every card starts with 2-6
     if 92 in data and len(data) > _DENSE_FROM and data.count(b"\\", 0, 1024) * 32 > min(len(data), 1024):
         # JSON in a string: a quote escaped every few bytes, so dense that the scans cost less than gates
@@ -386,6 +445,9 @@ def gate(data: bytes, stop: bool = False) -> int:
     if stop and bits:
         return bits
     if cards:
+        if 0xa0 in data or 0xaf in data:
+            for space in _NO_BREAK_SPACES:
+                data = data.replace(space, b" ")
         zeros = (data.replace(b"1", b"0").replace(b"2", b"0").replace(b"3", b"0").replace(b"4", b"0")
                  .replace(b"5", b"0").replace(b"6", b"0").replace(b"7", b"0").replace(b"8", b"0").replace(b"9", b"0"))
         if _CARD_GATE.search(zeros, zeros.find(48)) is not None:

@@ -1,8 +1,12 @@
 """`Privacy`: what of a normalized span may be stored, applied after normalization and before rows.
 
-Per-kind payload switches (`capture_payloads`) first, then a `Redactor` over the step's messages,
-the span's attributes, events and resource. A redaction that raises drops the span's payloads and
-attributes rather than store them unredacted (fail closed).
+Per-kind payload switches (`capture_payloads`) first, then a `Redactor` over everything of a span
+that is stored as text: the step's messages, the span's attributes (keys and values), events
+(names and attributes), links, resource and status, the names and versions it carries (span,
+scope, step, tool, agent, model, provider, operation), its conversation and tool-call ids, finish
+reasons and request parameters. Trace and span ids, times, counts and the enumerations the
+pipeline itself writes (kind, status) are not text and are stored as they are. A redaction that
+raises drops the span's payloads and attributes rather than store them unredacted (fail closed).
 """
 
 from __future__ import annotations
@@ -15,8 +19,8 @@ from otel_replay.normalize.content import CONTENT_EVENTS
 from otel_replay.normalize.conventions import ADAPTERS
 from otel_replay.normalize.pipeline import NormalizedSpan
 from otel_replay.normalize.records import SpanEvent, SpanRecord
-from otel_replay.normalize.redact import NONE, Redactor, payload_switches
-from otel_replay.normalize.step import StepContent
+from otel_replay.normalize.redact import NONE, Redactor, joined_text, payload_switches
+from otel_replay.normalize.step import NormalizedStep, StepContent
 
 
 def _is_payload_key(key: str) -> bool:
@@ -25,6 +29,30 @@ def _is_payload_key(key: str) -> bool:
 
 def _content_event(event: SpanEvent) -> bool:
     return event.name in CONTENT_EVENTS or event.name.startswith("gen_ai.content.")
+
+
+# Step columns that hold text from the span, and the attributes each is read from: scanned like those
+# attributes' values, and replaced whole when a rule names one of them (`Redactor(attributes=...)`).
+# A deterministic placeholder keeps a redacted tool-call id equal to the same id redacted in the
+# messages' tool-call parts, so replay still binds each tool result to its call.
+STEP_TEXT: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("name", ()), ("operation", ("gen_ai.operation.name",)),
+    ("provider", ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")),
+    ("request_model", ("gen_ai.request.model", "llm.model_name")),
+    ("response_model", ("gen_ai.response.model", "llm.model_name")), ("agent_name", ("gen_ai.agent.name",)),
+    ("conversation_id", ("gen_ai.conversation.id", "session.id")), ("tool_name", ("gen_ai.tool.name",)),
+    ("tool_call_id", ("gen_ai.tool.call.id",)),
+)
+
+
+def _step_text(step: NormalizedStep) -> list[Any]:
+    """What of a step's own fields is text to scan (its gate reads these)."""
+    return [*(getattr(step, column) for column, _ in STEP_TEXT), step.finish_reasons, step.request_params]
+
+
+def _span_text(span: SpanRecord) -> list[Any]:
+    """What of a span's own fields is text to scan: name, scope name and version, event names."""
+    return [span.name, span.scope_name, span.scope_version, *(e.name for e in span.events)]
 
 
 class Privacy:
@@ -97,7 +125,10 @@ class Privacy:
             content.outputs, names = r.messages(content.outputs, message_bits)
             note("output", names)
             if content.system:
-                content.system, names = r.messages(content.system, message_bits)
+                system = content.system
+                content.system, names = r.messages(system, message_bits)
+                note("system", names)
+                content.system, names = r.across_parts(system, content.system, bound)  # a secret split across parts
                 note("system", names)
             if content.tools:
                 content.tools, names = r.messages(content.tools, message_bits)
@@ -106,13 +137,19 @@ class Privacy:
                 step.error_message, names = r._text(step.error_message, bound)
                 note("error", names)
             if step.error_type:  # taken from error text by some sources: scanned like it
-                step.error_type, names = r._text(step.error_type, bound)
+                step.error_type, names = self._column(step.error_type, ("error.type",), bound)
                 note("error", names)
+            note("step", self._step(step, bound))
+            if step.request_params:  # a policy that re-runs the step is given them: "input", as its messages
+                step.request_params, names = r._value(step.request_params, bound)
+                note("input", names)
         item.attributes, names = r.attributes(item.attributes, bound)
         note("attributes", names)
         span, names = self._span(span, bound)
         note("attributes", names)
         if step is not None:
+            if step.service_name is not None:  # read from the resource at normalization: as it is stored now
+                step.service_name = span.service_name
             step.redacted = sorted(found)
         item.span = span
         return item
@@ -125,13 +162,40 @@ class Privacy:
         if values.__class__ is not dict:
             return -1, -1
         step = item.step
-        if span.status_message or span.events or span.links or step is None or step.error_message or step.error_type:
-            values = [values, span.status_message, [e.attributes for e in span.events], span.links,
-                      step and step.error_message, step and step.error_type]
+        values = [values, span.status_message, [e.attributes for e in span.events], span.links, _span_text(span)]
         if step is None:
             return r._span_bits(values)
         content = step.content
+        values += [step.error_message, step.error_type, _step_text(step), joined_text({"parts": content.system})]
         return r._span_bits(values, (content.inputs, content.system, content.tools), content.outputs)
+
+    def _column(self, text: str, attributes: tuple[str, ...], bound: int | None) -> tuple[str, frozenset[str]]:
+        """A step column read from `attributes`: replaced whole when a rule names one of them, else scanned."""
+        r = self.redactor
+        assert r is not None
+        for attribute in attributes:
+            rule = r.field(attribute)
+            if rule is not None:
+                return r.placeholder.format(name=rule), frozenset({rule})
+        return r._text(text, bound)
+
+    def _step(self, step: NormalizedStep, bound: int | None) -> frozenset[str]:
+        """The step's own text columns redacted in place (names, models, ids, finish reasons)."""
+        r = self.redactor
+        assert r is not None
+        names: frozenset[str] = NONE
+        for column, attributes in STEP_TEXT:
+            text = getattr(step, column)
+            if text:
+                new, found = self._column(text, attributes, bound)
+                if found:
+                    setattr(step, column, new)
+                    names = names | found
+        if step.finish_reasons:
+            reasons, found = r._value(step.finish_reasons, bound)
+            if found:
+                step.finish_reasons, names = reasons, names | found
+        return names
 
     def _redacted_resource(self, r: Redactor, resource: Any) -> tuple[Any, frozenset[str]]:
         """A span's resource redacted, once per resource object (a process has one)."""
@@ -150,12 +214,20 @@ class Privacy:
             text, found = r._text(span.status_message, bound)
             if found:
                 changes["status_message"], names = text, names | found
+        for field in ("name", "scope_name", "scope_version"):
+            value = getattr(span, field)
+            if value:
+                text, found = r._text(value, bound)
+                if found:
+                    changes[field], names = text, names | found
         if span.events:
             events, changed = [], False
             for e in span.events:
                 attrs, found = r.attributes(e.attributes, bound) if e.attributes else (e.attributes, NONE)
-                changed |= attrs is not e.attributes and bool(found)
-                events.append(SpanEvent(e.name, e.time_ns, attrs) if found else e)
+                name, in_name = r._text(e.name, bound)
+                found = found | in_name
+                changed |= bool(found)
+                events.append(SpanEvent(name, e.time_ns, attrs) if found else e)
                 names = names | found if found else names
             if changed:
                 changes["events"] = events
@@ -170,17 +242,38 @@ class Privacy:
         return (dataclasses.replace(span, **changes) if changes else span), names
 
 
+_FALLBACK = Redactor(gates=False)  # the built-ins alone (no user rule, no memo): what a failed span's names get
+
+
+def _closed(text: str | None) -> str | None:
+    """A name of a span whose redaction failed, through the built-in detectors (or wholly replaced)."""
+    if not text:
+        return text
+    try:
+        return _FALLBACK.text(text)[0]
+    except Exception:  # noqa: BLE001 - never let it through
+        return "[REDACTED:redaction-failed]"
+
+
 def _fail_closed(item: NormalizedSpan, exc: Exception) -> NormalizedSpan:
-    """Drop everything a failed redaction may have left: payloads, attributes, messages."""
+    """Drop everything a failed redaction may have left: payloads, attributes, messages, request
+    parameters; the names and ids that stay go through the built-in detectors alone."""
     step = item.step
     if step is not None:
         step.content = StepContent()
         step.error_message = None
         step.error_type = "error" if step.error_type else None
+        for column, _ in STEP_TEXT:
+            setattr(step, column, _closed(getattr(step, column)))
+        step.finish_reasons = [_closed(r) or "" for r in step.finish_reasons]
+        step.request_params = {}
+        step.service_name = None
         step.redacted = ["all:redaction-failed"]
     item.attributes = {}
-    item.span = dataclasses.replace(item.span, status_message=None, resource={}, links=[],
-                                    events=[SpanEvent(e.name, e.time_ns, {}) for e in item.span.events])
+    span = item.span
+    item.span = dataclasses.replace(span, status_message=None, resource={}, links=[], name=_closed(span.name) or "",
+                                    scope_name=_closed(span.scope_name), scope_version=_closed(span.scope_version),
+                                    events=[SpanEvent(_closed(e.name) or "", e.time_ns, {}) for e in span.events])
     item.problems.append(f"redaction failed: {type(exc).__name__}: {exc}"[:200] + "; payloads and attributes dropped")
     return item
 

@@ -35,6 +35,7 @@ from otel_replay.normalize.detectors import (
     BUILTINS,
     CARD_BIT,
     MIN_BUILTIN_LENGTH,
+    PERCENT_BIT,
     SCANS,
     SENSITIVE_NAME,
     Hit,
@@ -43,6 +44,7 @@ from otel_replay.normalize.detectors import (
     find_gated,
     gate,
 )
+from otel_replay.normalize.detectors_web import PERCENT_DEPTH, percent_hits
 from otel_replay.normalize.messages import is_shared
 from otel_replay.normalize.redact_rules import (
     PLACEHOLDER,
@@ -171,11 +173,14 @@ class Redactor:
         """The text with every finding replaced, and the names of the rules that fired."""
         return self._text(text, None)
 
-    def _builtin_hits(self, text: str, bound: int | None) -> list[Hit]:
+    def _builtin_hits(self, text: str, bound: int | None, depth: int = 0) -> list[Hit]:
+        """The built-in detectors' findings, in `text` and in its percent-decoded runs (`depth`: decodes so far)."""
         if bound is None:
             hits = self._find(text, self._scans, self._cards, self._subsets)
         else:
             hits = find(text, chosen(self._scans, bound, self._subsets), self._cards and bool(bound & CARD_BIT))
+        if (bound is None or bound & PERCENT_BIT) and depth < PERCENT_DEPTH and "%" in text:
+            hits += percent_hits(text, lambda decoded: self._builtin_hits(decoded, None, depth + 1))
         return [h for h in hits if h[2] in self._enabled] if hits else hits
 
     def _key(self, key: str, bound: int | None) -> tuple[str, frozenset[str]]:
@@ -186,16 +191,25 @@ class Redactor:
         hits = self._builtin_hits(key, bound)
         return (self._replace(key, hits), frozenset(h[2] for h in hits)) if hits else (key, NONE)
 
-    def _text(self, text: str, bound: int | None) -> tuple[str, frozenset[str]]:
-        """`text`; `bound`: the gate bits of JSON that held it (only those scans can find anything)."""
+    def _hits(self, text: str, bound: int | None) -> list[Hit]:
+        """What the built-ins and the user's patterns find in `text` (`bound` as in `_text`)."""
         if len(text) < self._min_length or bound == 0:
-            return text, NONE
+            return []
         hits = self._builtin_hits(text, bound)
         for name, regex, group in self._patterns:
             for m in regex.finditer(text):
                 start, end = m.span(group)
                 if end > start:
                     hits.append((start, end, name))
+        return hits
+
+    def _text(self, text: str, bound: int | None, extra: Sequence[Hit] = ()) -> tuple[str, frozenset[str]]:
+        """`text`; `bound`: the gate bits of JSON that held it (only those scans can find anything);
+        `extra`: findings made elsewhere that reach into it (a secret split across a message's parts)."""
+        if not extra and (len(text) < self._min_length or bound == 0):
+            return text, NONE
+        hits = self._hits(text, bound)
+        hits += extra
         out, names = (self._replace(text, hits), frozenset(h[2] for h in hits)) if hits else (text, NONE)
         for fn in self._functions:
             changed = fn(out)
@@ -287,7 +301,9 @@ class Redactor:
         if not (unseen or fresh):
             return 0
         several = len(unseen) + len(fresh) > 2  # else their bits are bound enough, and gating each costs more
-        bits = self._json_bits((unseen, fresh) if fresh else unseen, stop=several)
+        held: Any = (unseen, fresh) if fresh else unseen
+        joined = [j for m in (*unseen, *fresh) if (j := joined_text(m)) is not None]
+        bits = self._json_bits((held, joined) if joined else held, stop=several)
         if not bits and unseen:
             shared = [message for message in unseen if is_shared(message)]  # no other object comes back
             if shared:
@@ -384,7 +400,7 @@ class Redactor:
             if seen is not None and seen[0] is message:
                 new, found = seen[1], seen[2]
             else:
-                new, found = self.value(message) if bound < 0 else self._value(message, bound)
+                new, found = self._message(message, bound)
                 if is_shared(message):
                     self._remember(message, new, found, _rough_size(message))
             if new is not message and out is None:
@@ -394,11 +410,73 @@ class Redactor:
             names = names | found if found else names
         return (messages if out is None else out), names
 
+    def _message(self, message: Any, bound: int) -> tuple[Any, frozenset[str]]:
+        """One message redacted (`bound` as in `messages`), its text parts joined as well as apart."""
+        texts = text_parts(message.get("parts")) if message.__class__ is dict else None
+        if texts is None:
+            return self.value(message) if bound < 0 else self._value(message, bound)
+        parts = message["parts"]
+        joined = "".join(parts[i]["content"] for i in texts)
+        if bound < 0:
+            bits = self._json_bits([message, joined]) if self._gated else -1
+            if bits == 0:
+                return message, NONE
+            bound = bits if bits > 0 else None  # type: ignore[assignment]
+        new, found = self._value(message, bound)
+        redone, more = self.across_parts(parts, new["parts"], bound)
+        if more:
+            new = {**new, "parts": redone}
+        return new, found | more
+
+    def across_parts(self, parts: list[Any], redacted: list[Any],
+                     bound: int | None) -> tuple[list[Any], frozenset[str]]:
+        """A message's parts (`redacted`: each already redacted alone), with what a scan of their
+        text parts joined finds (a secret split across two parts) redacted in each part it reaches;
+        `parts`: the same parts before redaction."""
+        texts = text_parts(parts)
+        if (texts is None or bound == 0 or redacted.__class__ is not list or len(redacted) != len(parts)
+                or self._fields and self.field("content") is not None):  # a rule replaced every content whole
+            return redacted, NONE
+        joined = "".join(parts[i]["content"] for i in texts)
+        hits = self._hits(joined, bound)
+        if not hits:
+            return redacted, NONE
+        reach: dict[int, list[Hit]] = {}
+        at = 0
+        for i in texts:  # each text part's share of every finding that reaches into it
+            end = at + len(parts[i]["content"])
+            for start, stop, name in hits:
+                if start < end and stop > at:
+                    reach.setdefault(i, []).append((max(start, at) - at, min(stop, end) - at, name))
+            at = end
+        out = list(redacted)
+        names: frozenset[str] = NONE
+        for i, extra in reach.items():
+            text, found = self._text(parts[i]["content"], bound, extra)
+            out[i] = {**redacted[i], "content": text}
+            names = names | found
+        return out, names
+
     def attributes(self, attrs: Mapping[str, Any],
                    bound: int | None = None) -> tuple[Mapping[str, Any], frozenset[str]]:
         """Span, event or resource attributes redacted (names first, then values); `bound` as in `messages`."""
         value = attrs if isinstance(attrs, dict) else dict(attrs)
         return self.value(value) if bound is None else self._value(value, bound)
+
+
+def text_parts(parts: Any) -> list[int] | None:
+    """The indexes of a message's text parts (canonical: type "text", a string `content`), if two or more."""
+    if parts.__class__ is not list or len(parts) < 2:
+        return None
+    texts = [i for i, p in enumerate(parts)
+             if p.__class__ is dict and p.get("type") == "text" and p.get("content").__class__ is str]
+    return texts if len(texts) > 1 else None
+
+
+def joined_text(message: Any) -> str | None:
+    """A message's text parts joined, when it has two or more (a secret may be split between them)."""
+    texts = text_parts(message.get("parts")) if message.__class__ is dict else None
+    return None if texts is None else "".join(message["parts"][i]["content"] for i in texts)
 
 
 def _find_all(text: str, scans: tuple[Any, ...], cards: bool, subsets: Any) -> list[Hit]:
