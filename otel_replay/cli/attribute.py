@@ -64,7 +64,7 @@ def run_job(store: Store, job: Job) -> list[AttributionResult]:
                                                description=f"trace {p.trace[:8]}")
         click.echo(f"job {job.job_id} (if interrupted, continue it with --resume {job.job_id})", err=True)
         try:
-            with writing_to(store, f"continue later with --resume {job.job_id}"):
+            with writing_to(store):
                 results = job.run()
         except (AttributionError, VerifierError) as exc:
             raise click.ClickException(str(exc)) from exc

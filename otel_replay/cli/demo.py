@@ -8,7 +8,7 @@ import click
 
 from otel_replay.attribution import Job, JobParams
 from otel_replay.cli.attribute import print_result, run_job, write_outputs
-from otel_replay.cli.output import StoreCommand
+from otel_replay.cli.output import StoreCommand, ensure_writable
 from otel_replay.replay.policies import Registry
 from otel_replay.testing import SimulatedModelServer
 from otel_replay.testing.support_agent import record_support_run, register_policies, support_model
@@ -35,6 +35,7 @@ def demo(store: Store, html_path: Path, rollouts: int | None) -> None:
     except ImportError as exc:
         raise click.ClickException(f"the demo needs the openai SDK and the OpenTelemetry OpenAI instrumentation "
                                    f"({exc.name} is missing): pip install 'otel-replay[demo]'") from exc
+    ensure_writable(store)  # capture drops what it cannot write: say so now, not "no trace" later
     click.echo(f"1/3 recording a run of the support agent into {store.root} ...")
     trace_id, answer = record_support_run(store.root)
     click.echo(f"    trace {trace_id}: {answer}")

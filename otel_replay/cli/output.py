@@ -7,6 +7,7 @@ import csv
 import datetime as dt
 import decimal
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -134,6 +135,16 @@ def writing_to(store: Catalog, then: str = "") -> Iterator[None]:
     except OSError as exc:
         raise click.ClickException(f"cannot write to the store at {store.root}: {_reason(exc)}"
                                    + (f"; {then}" if then else "")) from exc
+
+
+def ensure_writable(store: Catalog) -> None:
+    """Create the store if need be and write (then delete) an empty file in it, so a command whose
+    capture would silently drop what it cannot write (`demo`) stops first, in one line."""
+    with writing_to(store):
+        store.root.ensure()
+        probe = f"write-probe-{os.getpid()}-{os.urandom(4).hex()}"
+        store.root.write(probe, lambda handle: None)
+        store.root.delete(probe)
 
 
 def write_file(path: Path, text: str) -> None:
