@@ -1,10 +1,34 @@
-"""otel-replay: which step made this agent run fail, and what would have fixed it."""
+"""otel-replay: which step made this agent run fail, and what would have fixed it.
+
+Names load on first use: `from otel_replay import ReplayProcessor` imports neither pyarrow nor
+DuckDB (a service's start-up pays only for the processor).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from otel_replay._version import __version__
-from otel_replay.capture import ReplayLogProcessor, ReplayProcessor
-from otel_replay.replay import LLMInputs, ReplayPlan, ReplayRun, policies, replay, replay_async
-from otel_replay.trajectory import Step, Store, Trajectory
 
+if TYPE_CHECKING:
+    from otel_replay.capture import ReplayLogProcessor, ReplayProcessor
+    from otel_replay.replay import LLMInputs, ReplayPlan, ReplayRun, policies, replay, replay_async
+    from otel_replay.trajectory import Step, Store, Trajectory
+
+_WHERE = {
+    "ReplayProcessor": "otel_replay.capture.processor",
+    "ReplayLogProcessor": "otel_replay.capture.logs",
+    "LLMInputs": "otel_replay.replay",
+    "ReplayPlan": "otel_replay.replay",
+    "ReplayRun": "otel_replay.replay",
+    "policies": "otel_replay.replay",
+    "replay": "otel_replay.replay",
+    "replay_async": "otel_replay.replay",
+    "Step": "otel_replay.trajectory",
+    "Store": "otel_replay.trajectory",
+    "Trajectory": "otel_replay.trajectory",
+}
 __all__ = [
     "LLMInputs",
     "ReplayLogProcessor",
@@ -19,3 +43,15 @@ __all__ = [
     "replay",
     "replay_async",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name]), name)
+        globals()[name] = value  # once loaded, a plain attribute
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

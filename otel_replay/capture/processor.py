@@ -16,7 +16,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from opentelemetry.context import Context
-from opentelemetry.sdk._logs import LogRecordProcessor
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from otel_replay.capture.queue import SpanQueue
@@ -26,11 +25,9 @@ from otel_replay.capture.sizing import (
     SPAN_OVERHEAD,
     STR_SIZE,
     events_size,
-    log_size,
     record_size,
 )
 from otel_replay.capture.writer import CaptureWriter
-from otel_replay.normalize.content import CONTENT_EVENTS
 from otel_replay.normalize.privacy import Privacy
 from otel_replay.normalize.records import LogEvent, SpanRecord
 from otel_replay.normalize.redact import Redactor
@@ -326,34 +323,3 @@ class ReplayProcessor(SpanProcessor):
             logger.warning("otel-replay: shutdown ended after %d ms with %d accepted spans not written to %s "
                            "(the writer is %s)", timeout_millis, left, self.store,
                            "still writing" if self._writer.thread.is_alive() else f"stopped: {self._writer.died}")
-
-
-class ReplayLogProcessor(LogRecordProcessor):
-    """Feeds GenAI content log events to a `ReplayProcessor`, which joins them to their spans.
-
-    Register it on the `LoggerProvider`: ``logger_provider.add_log_record_processor(ReplayLogProcessor(processor))``.
-    """
-
-    def __init__(self, processor: ReplayProcessor) -> None:
-        self.processor = processor
-
-    def on_emit(self, log_record: object) -> None:
-        try:
-            record = getattr(log_record, "log_record", log_record)
-            name = getattr(record, "event_name", None)
-            if name is None:
-                name = (getattr(record, "attributes", None) or {}).get("event.name")
-            if name in CONTENT_EVENTS:
-                self.processor.enqueue_log(log_record, log_size(record))
-        except Exception:  # noqa: BLE001
-            self.processor.internal_errors += 1
-
-    emit = on_emit  # SDKs before 1.39 call emit(log_data)
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return self.processor.force_flush(timeout_millis)
-
-    def shutdown(self) -> None:
-        return None
-
-

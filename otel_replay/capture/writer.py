@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
@@ -40,7 +40,9 @@ from otel_replay.normalize.records import LogEvent, SpanRecord
 from otel_replay.normalize.sources.sdk import log_from_sdk, span_from_sdk
 from otel_replay.store.location import StoreLocation
 from otel_replay.store.rows import RowBatch, RowBuilder
-from otel_replay.store.writer import Pace, warm_up, write_batch, write_stats
+
+if TYPE_CHECKING:  # pyarrow and the Parquet writer load on the writer thread (`load_for_writing`)
+    from otel_replay.store.writer import Pace
 
 logger = logging.getLogger("otel_replay")
 
@@ -84,6 +86,8 @@ def load_for_writing(root: StoreLocation | None = None) -> None:
         return
     with _loading:
         if _loaded_in is None:
+            from otel_replay.store.writer import warm_up
+
             warm_up()
             _loaded_in = os.getpid()
         if remote:
@@ -403,6 +407,8 @@ class CaptureWriter:
             if len(batch) or self._stats_changed():
                 self._check_root()
             if len(batch):
+                from otel_replay.store.writer import write_batch  # loaded by `load_for_writing`
+
                 write_batch(self.root, batch, self._write_pace)
                 self.written_spans += len(batch)
             self._write_stats()
@@ -462,6 +468,8 @@ class CaptureWriter:
         if not self._stats_changed():
             return
         current = (self.accepted, self.queue.dropped, sum(self.skipped.values()))
+        from otel_replay.store.writer import write_stats  # loaded by `load_for_writing`
+
         write_stats(self.root, {
             "pid": os.getpid(),
             "host": socket.gethostname(),

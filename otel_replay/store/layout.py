@@ -22,10 +22,11 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
+if TYPE_CHECKING:  # pyarrow loads where a segment is written, not where a name is made (capture's import)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 from otel_replay.store.location import (
     DEFAULT_STORE,
@@ -120,6 +121,8 @@ def parquet_producer(data: pa.Table, *, row_group_size: int = 8192,
 def write_parquet(data: pa.Table, handle: Any, *, row_group_size: int = 8192,
                   sorting_columns: list[pq.SortingColumn] | None = None) -> None:
     """`data` as the store's Parquet (zstd, statistics, page checksums) into a binary file object."""
+    import pyarrow.parquet as pq
+
     pq.write_table(data, handle, compression="zstd", row_group_size=row_group_size,
                    sorting_columns=sorting_columns, write_statistics=True,
                    write_page_checksum=True,  # lets `otel-replay doctor` catch flipped bits

@@ -1,0 +1,39 @@
+"""A service's start: importing and creating the processor loads neither pyarrow nor DuckDB on
+the caller's thread (the writer thread loads what writing needs)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.helpers import REPO
+
+_PROBE = r"""
+import json, sys, threading
+heavy = ("pyarrow", "duckdb", "numpy", "scipy")
+seen = []
+main = threading.get_ident()
+def hook(event, args):
+    if event == "import" and threading.get_ident() == main and args[0].split(".")[0] in heavy:
+        seen.append(args[0])
+sys.addaudithook(hook)
+from otel_replay import ReplayProcessor
+processor = ReplayProcessor(sys.argv[1])
+from opentelemetry.sdk.trace import TracerProvider
+provider = TracerProvider()
+provider.add_span_processor(processor)
+with provider.get_tracer("t").start_as_current_span("chat m", attributes={"gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "m", "gen_ai.input.messages": "[]"}):
+    pass
+on_main = sorted(set(seen))
+provider.shutdown()  # the writer thread imports and writes; then, from here, anything goes
+print(json.dumps({"on_main": on_main, "written": processor.stats["written_spans"]}))
+"""
+
+
+def test_the_processor_loads_no_heavy_module_on_the_services_thread(tmp_path):
+    out = subprocess.run([sys.executable, "-c", _PROBE, str(tmp_path / "store")], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report == {"on_main": [], "written": 1}, report
