@@ -76,18 +76,19 @@ def test_the_receiver_decoder_takes_any_corrupted_protobuf_body(data):
     assert_storable(records if signal == TRACES else [], records if signal == LOGS else [])
 
 
-def test_invalid_utf8_reaches_the_receiver_as_a_400():
+def test_invalid_utf8_json_is_a_400_and_a_protobuf_span_with_it_costs_only_that_span():
     bad_json = b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": "\xff"}]}]}]}'
     with pytest.raises(RequestError) as caught:
         decode_body(TRACES, bad_json, True)
     assert caught.value.status == 400
     request = ExportTraceServiceRequest()
-    request.resource_spans.add().scope_spans.add().spans.add(trace_id=bytes.fromhex(T), span_id=bytes.fromhex(S),
-                                                             name="NAME")
+    spans = request.resource_spans.add().scope_spans.add().spans
+    spans.add(trace_id=bytes.fromhex(T), span_id=bytes.fromhex(S), name="NAME")
+    spans.add(trace_id=bytes.fromhex(T), span_id=(7).to_bytes(8, "big"), name="good")
     body = request.SerializeToString().replace(b"NAME", b"N\xffME")  # a string field that is not UTF-8
-    with pytest.raises(RequestError) as caught:
-        decode_body(TRACES, body, False)
-    assert caught.value.status == 400
+    records, errors = decode_body(TRACES, body, False)  # the whole parse fails; read span by span
+    assert [r.name for r in records] == ["good"]
+    assert [e.split(":")[0:2] for e in errors] == [["resource_spans[0].scope_spans[0].spans[0]", " cannot be parsed"]]
 
 
 def test_ids_of_the_wrong_length_over_the_wire_are_reported_per_span():

@@ -3,8 +3,10 @@
 A request is decoded on its own thread and handed to one `ReplayProcessor`, whose writer stores
 it exactly like live capture. Every request is bounded (body size, decompressed size, read
 time); a bad one gets an error status and the servers keep serving. The servers listen on
-loopback unless told otherwise, can require a bearer token (compared in constant time), and
-limit each client's request rate (429 / RESOURCE_EXHAUSTED with a retry delay).
+loopback unless told otherwise, can require a bearer token (compared in constant time, and on
+gRPC from the call's metadata before its message is read), and limit each client's request rate
+(429 / RESOURCE_EXHAUSTED with a retry delay). While the store cannot be written, requests get
+503 / UNAVAILABLE instead of an acknowledgement for spans that would be lost.
 """
 
 from __future__ import annotations
@@ -23,8 +25,6 @@ from typing import Any, NoReturn
 import grpc
 from google.protobuf.message import Message
 from google.rpc.error_details_pb2 import RetryInfo
-from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
 from otel_replay.capture.processor import ReplayProcessor
 from otel_replay.capture.receiver_decode import (
@@ -32,9 +32,9 @@ from otel_replay.capture.receiver_decode import (
     NOUNS,
     TRACES,
     RequestError,
+    StoreUnwritable,
     decode_body,
     export_response,
-    records_from_proto,
     summary,
 )
 from otel_replay.capture.receiver_http import RETRY_AFTER_S, HttpServer
@@ -50,6 +50,8 @@ READ_TIMEOUT_S = 10.0  # a client that sends nothing for this long loses its con
 REQUEST_TIMEOUT_S = 30.0  # a request must arrive whole this soon after its first byte
 MAX_CONCURRENT_RPCS = 64  # more gRPC calls at once get RESOURCE_EXHAUSTED instead of a queue
 MAX_STREAMS_PER_CONNECTION = 16
+GRPC_METHODS = {"/opentelemetry.proto.collector.trace.v1.TraceService/Export": TRACES,
+                "/opentelemetry.proto.collector.logs.v1.LogsService/Export": LOGS}
 logger = logging.getLogger("otel_replay")
 
 
@@ -168,8 +170,7 @@ class OtlpReceiver:
                    ("grpc.max_connection_idle_ms", int(max(self.request_timeout_s, 60) * 1000))]
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="otel-replay-collect-grpc"),
                              options=options, maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS)
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_TraceService(self), server)
-        logs_service_pb2_grpc.add_LogsServiceServicer_to_server(_LogsService(self), server)
+        server.add_generic_rpc_handlers((_OtlpGrpcHandler(self),))
         self.grpc_port = server.add_insecure_port(f"{self.grpc_endpoint}")
         return server
 
@@ -203,6 +204,10 @@ class OtlpReceiver:
         self.stop()
 
     # -- shared by both transports -------------------------------------------------------------
+    @property
+    def requires_token(self) -> bool:
+        return self._token is not None
+
     def authorized(self, header: str | None) -> bool:
         """Whether an `Authorization` header carries the token (always, when none is configured)."""
         if self._token is None:
@@ -221,11 +226,22 @@ class OtlpReceiver:
                 self.throttled += 1
             raise Throttled(client, self.limiter.rate, wait)
 
+    def check_store(self) -> None:
+        """Raise `StoreUnwritable` (503 / UNAVAILABLE, retry later) while the store cannot be written.
+
+        The writer sets `store_error` when a write fails and clears it when one succeeds; while it is
+        set the writer retries every flush interval (its counters record), so accepting resumes about
+        that long after the store is writable again. Workers check their own writer (`receiver_workers`).
+        """
+        if self.processor is not None:
+            StoreUnwritable.check(self.processor.stats.get("store_error"))
+
     def receive(self, signal: str, body: bytes, as_json: bool) -> tuple[int, str]:
         """Decode and queue one request body (here, or in the workers); returns (rejected, message)
         for `partial_success`. Raises RequestError as `ingest` does, and 400 for a body that is not
         an OTLP request."""
         if self.workers is None:
+            self.check_store()
             return self.ingest(signal, *decode_body(signal, body, as_json))
         with self._lock:
             if self._closing:
@@ -236,12 +252,6 @@ class OtlpReceiver:
         # a retry; the shares other workers took are stored twice, and read once (the views keep one
         # row per span).
         return self._account(signal, got.records, got.refused, got.errors, whole=got.refused > 0)
-
-    def receive_request(self, signal: str, request: Message) -> tuple[int, str]:
-        """`receive` for a request gRPC has already parsed."""
-        if self.workers is None:
-            return self.ingest(signal, *records_from_proto(signal, request))
-        return self.receive(signal, request.SerializeToString(), as_json=False)
 
     def ingest(self, signal: str, records: list[Any], errors: list[str]) -> tuple[int, str]:
         """Queue decoded records; returns (rejected, message) for `partial_success`.
@@ -285,13 +295,45 @@ def _refuse_if_all_malformed(signal: str, records: int, errors: list[str]) -> No
 
 
 # -- gRPC --------------------------------------------------------------------------------------
-def _grpc_export(receiver: OtlpReceiver, signal: str, request: Message, context: grpc.ServicerContext) -> Message:
+class _OtlpGrpcHandler(grpc.GenericRpcHandler):
+    """`TraceService/Export` and `LogsService/Export`, chosen before the call's message is read.
+
+    A call without the token gets a handler that refuses it (UNAUTHENTICATED) without reading its
+    message; a call with it gets the message as raw bytes, decoded as an OTLP/HTTP body is (so a
+    record the protobuf runtime cannot parse costs only that record).
+    """
+
+    def __init__(self, receiver: OtlpReceiver) -> None:
+        self.receiver = receiver
+        self._refuse = grpc.stream_unary_rpc_method_handler(_unauthenticated)  # never reads the stream
+        self._export = {signal: grpc.unary_unary_rpc_method_handler(
+            functools.partial(_grpc_export, receiver, signal), response_serializer=_serialize)
+            for signal in (TRACES, LOGS)}
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        signal = GRPC_METHODS.get(handler_call_details.method)
+        if signal is None:
+            return None
+        if self.receiver.requires_token:
+            header = next((v for k, v in handler_call_details.invocation_metadata if k == "authorization"), None)
+            if not isinstance(header, str) or not self.receiver.authorized(header):
+                return self._refuse
+        return self._export[signal]
+
+
+def _unauthenticated(requests: Any, context: grpc.ServicerContext) -> NoReturn:
+    context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (authorization metadata)")
+
+
+def _serialize(response: Message) -> bytes:
+    return response.SerializeToString()
+
+
+def _grpc_export(receiver: OtlpReceiver, signal: str, body: bytes, context: grpc.ServicerContext) -> Message:
+    """One authorized Export call: its message, still serialized, decoded and queued like an HTTP body."""
     try:
         receiver.admit(peer_address(context.peer()))
-        metadata = dict(context.invocation_metadata())
-        if not receiver.authorized(metadata.get("authorization")):
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (authorization metadata)")
-        return export_response(signal, *receiver.receive_request(signal, request))
+        return export_response(signal, *receiver.receive(signal, body, as_json=False))
     except RequestError as exc:
         if exc.retry:
             info = RetryInfo()
@@ -321,19 +363,3 @@ def is_loopback(host: str) -> bool:
 def _digest(secret: bytes) -> bytes:
     """Tokens are compared as digests: equal lengths, so the constant-time compare leaks nothing."""
     return hashlib.sha256(secret).digest()
-
-
-class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
-    def __init__(self, receiver: OtlpReceiver) -> None:
-        self.receiver = receiver
-
-    def Export(self, request: Message, context: grpc.ServicerContext) -> Message:  # noqa: N802 - gRPC name
-        return _grpc_export(self.receiver, TRACES, request, context)
-
-
-class _LogsService(logs_service_pb2_grpc.LogsServiceServicer):
-    def __init__(self, receiver: OtlpReceiver) -> None:
-        self.receiver = receiver
-
-    def Export(self, request: Message, context: grpc.ServicerContext) -> Message:  # noqa: N802 - gRPC name
-        return _grpc_export(self.receiver, LOGS, request, context)

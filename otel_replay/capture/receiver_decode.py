@@ -3,6 +3,8 @@
 Shared by OTLP/HTTP and OTLP/gRPC. A malformed record (a `SourceError` from the decoders) is
 skipped and reported (`partial_success`); a body that cannot be read at all is a `RequestError`.
 Decoding is linear in the body: each resource is decoded once, whatever the number of bad records.
+A protobuf body the runtime cannot parse whole (one record nested past its recursion limit) is
+read record by record (`otlp_proto.read_request`), so only that record is lost, as in JSON.
 """
 
 from __future__ import annotations
@@ -19,9 +21,9 @@ from otel_replay.normalize.records import TracePart
 from otel_replay.normalize.sources.errors import SourceError
 from otel_replay.normalize.sources.otlp_json import logs_from_request, spans_from_request
 from otel_replay.normalize.sources.otlp_proto import (
+    Unreadable,
     logs_from_proto,
-    parse_logs,
-    parse_traces,
+    read_request,
     spans_from_proto,
 )
 
@@ -32,12 +34,32 @@ _PROTO_LEVELS = {TRACES: ("resource_spans", "scope_spans", "spans"), LOGS: ("res
 _JSON_LEVELS = {TRACES: ("resourceSpans", "scopeSpans", "spans"), LOGS: ("resourceLogs", "scopeLogs", "logRecords")}
 
 
+STORE_RETRY_AFTER_S = 5  # a store that failed a write is retried every flush interval (2 s by default)
+
+
 class RequestError(Exception):
     """A request the receiver refuses, with its HTTP status and gRPC code."""
 
     def __init__(self, status: int, code: grpc.StatusCode, message: str, retry: bool = False) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.retry = status, code, message, retry
+
+
+class StoreUnwritable(RequestError):
+    """The store failed its last write (read-only, full, gone): 503 / UNAVAILABLE with a retry delay,
+    so the exporter keeps the request and sends it again, rather than an acknowledgement for spans
+    the writer would drop."""
+
+    def __init__(self, reason: str) -> None:
+        self.retry_after = STORE_RETRY_AFTER_S
+        super().__init__(503, grpc.StatusCode.UNAVAILABLE, f"the store cannot be written now ({reason}); nothing "
+                         f"of this request was kept; retry later", retry=True)
+
+    @staticmethod
+    def check(store_error: object) -> None:
+        """Raise when the writer reports a store error (`CaptureWriter.store_error`: "reason: detail")."""
+        if store_error:
+            raise StoreUnwritable(str(store_error).split(":", 1)[0])
 
 
 def decode_body(signal: str, body: bytes, json: bool, part: TracePart | None = None) -> tuple[list[Any], list[str]]:
@@ -50,7 +72,7 @@ def decode_body(signal: str, body: bytes, json: bool, part: TracePart | None = N
     """
     try:
         if not json:
-            return records_from_proto(signal, (parse_traces if signal == TRACES else parse_logs)(body), part)
+            return records_from_proto(signal, *read_request(signal, body), part=part)
         doc = orjson.loads(body)
         top, mid, leaf = _JSON_LEVELS[signal]
         if isinstance(doc, dict):
@@ -65,13 +87,14 @@ def decode_body(signal: str, body: bytes, json: bool, part: TracePart | None = N
         raise RequestError(400, grpc.StatusCode.INVALID_ARGUMENT, f"body is not JSON: {exc}") from None
 
 
-def records_from_proto(signal: str, request: Message, part: TracePart | None = None) -> tuple[list[Any], list[str]]:
-    """Records of a parsed request (HTTP or gRPC); a malformed record is skipped and described."""
+def records_from_proto(signal: str, request: Message, unreadable: Unreadable | None = None,
+                       part: TracePart | None = None) -> tuple[list[Any], list[str]]:
+    """Records of a parsed request; a malformed record (or one `unreadable` names) is skipped and described."""
     top, mid, leaf = _PROTO_LEVELS[signal]
     _check_count(signal, sum(len(getattr(m, leaf)) for o in getattr(request, top) for m in getattr(o, mid)))
     errors: list[tuple[str, str]] = []
     decode = spans_from_proto if signal == TRACES else logs_from_proto
-    records = list(decode(request, errors, part))
+    records = list(decode(request, errors, part, unreadable))
     return records, [f"{path}: {reason}" for path, reason in errors]
 
 

@@ -3,9 +3,11 @@
 Stdlib `ThreadingHTTPServer`, one daemon thread per connection, keep-alive. Everything that can
 be refused from the headers is refused before the body is read; bodies are read and
 decompressed against the size limit, so a gzip bomb costs at most the limit in memory.
-Connections are bounded in number (in all and per client address), each request must arrive
-whole within the request timeout (slow-loris), bodies in memory are bounded in total, and a few
-requests at a time are decoded (`receiver_limits`).
+Connections are bounded in number (in all and per client address; with a token, those that have
+not shown it are counted apart and the oldest make room for new ones, so they cannot keep out a
+client that has it), each request must arrive whole within the request timeout (slow-loris),
+bodies in memory are bounded in total, and a few requests at a time are decoded
+(`receiver_limits`). The token is checked before the request rate, the store's state and the body.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from otel_replay.capture.receiver_decode import (
     RequestError,
     export_response,
 )
-from otel_replay.capture.receiver_limits import ByteBudget, ConnectionSlots, DeadlineReader
+from otel_replay.capture.receiver_limits import ByteBudget, ConnectionSlots, DeadlineReader, Slot
 
 if TYPE_CHECKING:
     from otel_replay.capture.receiver import OtlpReceiver
@@ -58,7 +60,11 @@ _BUSY = (f"HTTP/1.1 503 Service Unavailable\r\nRetry-After: {RETRY_AFTER_S}\r\nC
 
 class HttpServer(ThreadingHTTPServer):
     """One daemon thread per connection, at most `MAX_CONNECTIONS` at once (and per client address
-    `MAX_CONNECTIONS_PER_CLIENT`); a connection over either limit gets a 503 and is closed."""
+    `MAX_CONNECTIONS_PER_CLIENT`); a connection over either limit gets a 503 and is closed.
+
+    With a token, those limits hold twice over, apart: for connections that have not shown it (a new
+    one over a limit closes the oldest of them instead of being refused) and for those that have.
+    """
 
     daemon_threads = True
     block_on_close = False  # stop() must not wait for idle keep-alive connections
@@ -66,25 +72,38 @@ class HttpServer(ThreadingHTTPServer):
 
     def __init__(self, receiver: OtlpReceiver) -> None:
         self.receiver = receiver
-        self.slots = ConnectionSlots(MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT)
+        self.slots = ConnectionSlots(MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT,
+                                     reserve_for_token=receiver.requires_token)
+        self._slot_of: dict[Any, Slot] = {}  # connection socket -> its slot
         self.bodies = ByteBudget(BODIES_IN_FLIGHT * receiver.max_body)
         self.decoders = threading.BoundedSemaphore(DECODERS)
         self.address_family = socket.AF_INET6 if ":" in receiver.host else socket.AF_INET
         super().__init__((receiver.host, receiver.http_port), _OtlpHandler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(client_address[0]):  # too many connections: no thread for this one
+        slot = self.slots.acquire(client_address[0], request)
+        if slot is None:  # too many connections: no thread for this one
             with contextlib.suppress(OSError):
                 request.sendall(_BUSY)
             self.shutdown_request(request)
             return
-        super().process_request(request, client_address)
+        self._slot_of[request] = slot
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release(self._slot_of.pop(request))
+            raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self.slots.release(client_address[0])
+            self.slots.release(self._slot_of.pop(request))
+
+    def verify(self, request: Any) -> bool:
+        """Count this connection among those that showed the token; False if there is no room."""
+        slot = self._slot_of.get(request)
+        return slot is not None and self.slots.verify(slot)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         logger.debug("otel-replay collect: error while serving %s", client_address, exc_info=True)
@@ -176,11 +195,15 @@ class _OtlpHandler(BaseHTTPRequestHandler):
         signal = PATHS.get(path)
         if signal is None:
             raise RequestError(404, grpc.StatusCode.NOT_FOUND, f"no endpoint {path}; use /v1/traces or /v1/logs")
+        if not receiver.authorized(self.headers.get("Authorization")):  # first: a flood without it costs no one else
+            raise RequestError(401, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token: send 'Authorization: Bearer <token>'")
+        if receiver.requires_token and not self.server.verify(self.request):
+            self.close_connection = True
+            raise RequestError(503, grpc.StatusCode.UNAVAILABLE, "too many connections with the token are open; "
+                               "retry later", retry=True)
         if not self._admitted:  # once per request (also asked before a 100 Continue)
             receiver.admit(self.client_address[0])  # Throttled (429) when over its rate
             self._admitted = True
-        if not receiver.authorized(self.headers.get("Authorization")):
-            raise RequestError(401, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token: send 'Authorization: Bearer <token>'")
         content_type = (self.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
         as_json = CONTENT_TYPES.get(content_type)
         if as_json is None:
@@ -190,7 +213,9 @@ class _OtlpHandler(BaseHTTPRequestHandler):
         if encoding not in ("", "identity", *ENCODINGS):
             raise RequestError(415, grpc.StatusCode.INVALID_ARGUMENT,
                                f"Content-Encoding {encoding!r} is not supported; send gzip, deflate or no encoding")
-        return signal, as_json, encoding, self._length()
+        length = self._length()
+        receiver.check_store()  # 503 before the body is read, while the store cannot be written
+        return signal, as_json, encoding, length
 
     def _length(self) -> int | None:
         """Content-Length (None: chunked); 411, 400 or 413 when it is missing, bad or too large."""

@@ -5,12 +5,14 @@ Each limit answers a way a client (buggy or hostile) could take the receiver dow
 requests (`RateLimiter`: 429 / RESOURCE_EXHAUSTED with a retry delay), many connections that
 trickle bytes (`DeadlineReader`: a request must arrive whole within `request_timeout_s`, and a
 connection that sends nothing for `read_timeout_s` is closed; `ConnectionSlots`: a client holds
-at most so many connections), and many large bodies at once (`ByteBudget`: bodies in memory
+at most so many connections, and those without the token cannot keep out those with it), and
+many large bodies at once (`ByteBudget`: bodies in memory
 are bounded in total, not just each).
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import socket
@@ -70,36 +72,112 @@ class Throttled(RequestError):
                          f"(--max-requests-per-s); retry in {self.retry_after} s", retry=True)
 
 
-class ConnectionSlots:
-    """At most `total` connections at once, and at most `per_client` from one address."""
+class Slot:
+    """One connection's place in `ConnectionSlots`."""
+
+    __slots__ = ("client", "evicted", "sock", "verified")
+
+    def __init__(self, client: str, sock: socket.socket | None) -> None:
+        self.client, self.sock = client, sock
+        self.verified = self.evicted = False
+
+
+class _Pool:
+    """Connections counted in all and per client address, oldest first."""
 
     def __init__(self, total: int, per_client: int) -> None:
         self.total, self.per_client = total, per_client
-        self._open: dict[str, int] = {}
-        self._count = 0
+        self.slots: OrderedDict[Slot, None] = OrderedDict()
+        self.by_client: dict[str, int] = {}
+
+    def full_for(self, client: str) -> bool:
+        return len(self.slots) >= self.total or self.by_client.get(client, 0) >= self.per_client
+
+    def add(self, slot: Slot) -> None:
+        self.slots[slot] = None
+        self.by_client[slot.client] = self.by_client.get(slot.client, 0) + 1
+
+    def remove(self, slot: Slot) -> None:
+        if slot in self.slots:
+            del self.slots[slot]
+            left = self.by_client[slot.client] - 1
+            if left:
+                self.by_client[slot.client] = left
+            else:
+                del self.by_client[slot.client]
+
+    def oldest(self, client: str | None) -> Slot | None:
+        return next((s for s in self.slots if client is None or s.client == client), None)
+
+
+class ConnectionSlots:
+    """At most `total` connections at once, and at most `per_client` from one address.
+
+    With `reserve_for_token`, the limits count two pools apart: connections that have not yet shown
+    the token, and connections that have (`verify`, from their first authorized request on). When
+    the first pool is full, a new connection takes the place of the oldest one in it (closed): a
+    flood of idle or trickling connections cannot keep out a client with the token, whose connection
+    leaves that pool as soon as its first request's headers are read. Without it, a connection over
+    either limit is refused.
+    """
+
+    def __init__(self, total: int, per_client: int, reserve_for_token: bool = False) -> None:
+        self.total, self.per_client = total, per_client
+        self.reserve_for_token = reserve_for_token
+        self._waiting = _Pool(total, per_client)  # not yet shown the token (every connection, without one)
+        self._verified = _Pool(total, per_client)
+        self.evicted = 0
+        """Connections closed to make room for a newer one (only with `reserve_for_token`)."""
         self._lock = threading.Lock()
 
-    def acquire(self, client: str) -> bool:
+    def acquire(self, client: str, sock: socket.socket | None = None) -> Slot | None:
+        """A slot for a new connection from `client`, or None when there is no room."""
+        slot, victim = Slot(client, sock), None
         with self._lock:
-            mine = self._open.get(client, 0)
-            if self._count >= self.total or mine >= self.per_client:
+            if self._waiting.full_for(client):
+                if not self.reserve_for_token:
+                    return None
+                over_client = self._waiting.by_client.get(client, 0) >= self.per_client
+                victim = self._waiting.oldest(client if over_client else None)
+                if victim is None:
+                    return None
+                self._waiting.remove(victim)
+                victim.evicted = True
+                self.evicted += 1
+            self._waiting.add(slot)
+        if victim is not None and victim.sock is not None:
+            with contextlib.suppress(OSError):  # its thread's next read sees the end of the stream
+                victim.sock.shutdown(socket.SHUT_RDWR)
+        return slot
+
+    def verify(self, slot: Slot) -> bool:
+        """Move a connection that has shown the token out of the waiting pool; False if it was closed
+        meanwhile or its own pool is full (then it should be answered 503 and closed)."""
+        if slot.verified:
+            return True
+        with self._lock:
+            if slot.evicted or self._verified.full_for(slot.client):
                 return False
-            self._open[client] = mine + 1
-            self._count += 1
+            self._waiting.remove(slot)
+            self._verified.add(slot)
+            slot.verified = True
             return True
 
-    def release(self, client: str) -> None:
+    def release(self, slot: Slot) -> None:
         with self._lock:
-            mine = self._open.get(client, 0) - 1
-            if mine > 0:
-                self._open[client] = mine
-            else:
-                self._open.pop(client, None)
-            self._count -= 1
+            if not slot.evicted:
+                (self._verified if slot.verified else self._waiting).remove(slot)
+            slot.sock = None
 
     @property
     def open(self) -> int:
-        return self._count
+        """Connections holding a slot (both pools)."""
+        return len(self._waiting.slots) + len(self._verified.slots)
+
+    @property
+    def waiting(self) -> int:
+        """Connections that have not shown the token (all of them, without `reserve_for_token`)."""
+        return len(self._waiting.slots)
 
 
 class ByteBudget:

@@ -34,7 +34,7 @@ from typing import Any
 import grpc
 
 from otel_replay.capture.processor import ReplayProcessor
-from otel_replay.capture.receiver_decode import TRACES, RequestError, decode_body
+from otel_replay.capture.receiver_decode import TRACES, RequestError, StoreUnwritable, decode_body
 from otel_replay.store.writer import warm_up
 
 ProcessorFactory = Callable[[], ReplayProcessor]
@@ -126,15 +126,16 @@ class BodyReader:
 def _receive(processor: ReplayProcessor, signal_name: str, body: bytes | memoryview, as_json: bool,
              part: tuple[int, int]) -> tuple[Any, ...]:
     try:
+        StoreUnwritable.check(processor.stats.get("store_error"))  # before decoding: nothing of it is kept
         records, errors = decode_body(signal_name, body, as_json, part)
         del body
         spans, logs = (records, ()) if signal_name == TRACES else ((), records)
         refused = processor.accept_records(spans, logs) if records else 0
         return ("ok", len(records), refused, errors)
     except RequestError as exc:
-        return ("error", exc.status, exc.code.name, exc.message, exc.retry)
+        return ("error", exc.status, exc.code.name, exc.message, exc.retry, getattr(exc, "retry_after", None))
     except Exception as exc:  # noqa: BLE001 - a bug in a decoder must not end the worker
-        return ("error", 500, "INTERNAL", f"internal error: {exc!r}", False)
+        return ("error", 500, "INTERNAL", f"internal error: {exc!r}", False, None)
 
 
 # -- the parent's side -----------------------------------------------------------------------------
@@ -282,8 +283,11 @@ class ReceiverWorkers:
 def _combine(replies: list[tuple[Any, ...]]) -> Received:
     failed = [reply for reply in replies if reply[0] == "error"]
     if failed:  # a request-level error (not OTLP, too many records) is the same in every worker
-        _, status, code, message, retry = failed[0]
-        raise RequestError(status, grpc.StatusCode[code], message, retry=retry)
+        _, status, code, message, retry, retry_after = failed[0]
+        error = RequestError(status, grpc.StatusCode[code], message, retry=retry)
+        if retry_after is not None:
+            error.retry_after = retry_after  # read with getattr, as `Throttled` sets it
+        raise error
     received = Received()
     errors: set[str] = set()  # a bad resource is seen by every worker; report it once
     for _, records, refused, found in replies:

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from otel_replay.normalize.records import LogEvent, SpanEvent, SpanRecord, TracePart, partition_of
 from otel_replay.normalize.sources.checks import (
@@ -68,6 +70,117 @@ def parse_traces(data: bytes) -> ExportTraceServiceRequest:
 
 def parse_logs(data: bytes) -> ExportLogsServiceRequest:
     return _parse(ExportLogsServiceRequest(), data, "logs")
+
+
+Unreadable = dict[tuple[int, ...], str]
+"""Records a request could not be parsed into, by position: (resource,), (resource, scope) or
+(resource, scope, record) -> why. Each is an empty placeholder in the request, so positions hold."""
+MAX_SALVAGE_FIELDS = 200_000  # fields walked in Python when a request is read record by record
+_LEVELS = {"traces": ((ExportTraceServiceRequest, "resource_spans"), (ResourceSpans, "scope_spans"),
+                      (ScopeSpans, "spans"), (Span, "")),
+           "logs": ((ExportLogsServiceRequest, "resource_logs"), (ResourceLogs, "scope_logs"),
+                    (ScopeLogs, "log_records"), (LogRecord, ""))}
+_UNREADABLE = ("cannot be parsed: malformed protobuf, or a value nested past the protobuf runtime's limit "
+               "of 100 messages (in a record: 32 levels of kvlist, 49 of arrays)")
+
+
+def read_request(signal: str, data: bytes | memoryview) -> tuple[Message, Unreadable]:
+    """An `Export{Trace,Logs}ServiceRequest` ("traces" or "logs"), parsed whole when it can be.
+
+    When it cannot (one record past the protobuf runtime's recursion limit, or one bad string, fails
+    the whole parse), the request is split on the wire into its resources, scopes and records, and
+    each is parsed alone: what parses is kept, what does not is an empty placeholder named in the
+    second value. Raises `OtlpDecodeError` when the request itself is not OTLP.
+    """
+    levels = _LEVELS[signal]
+    try:
+        return (parse_traces(data) if signal == "traces" else parse_logs(data)), {}
+    except OtlpDecodeError as whole:
+        unreadable: Unreadable = {}
+        budget = [MAX_SALVAGE_FIELDS]
+        try:
+            request = _split(memoryview(data), levels, 0, (), unreadable, budget)
+        except _TooManyFields:
+            raise OtlpDecodeError(f"{whole.reason}; and it has too many fields (over {MAX_SALVAGE_FIELDS}) "
+                                  "to be read record by record") from None
+        except (DecodeError, RecursionError, ValueError, TypeError):  # the request itself is not OTLP
+            raise whole from None
+        return request, unreadable  # possibly all of it: a record parsed alone is 3 messages less deep
+
+
+class _TooManyFields(Exception):
+    """Reading a request record by record would walk more than `MAX_SALVAGE_FIELDS` fields in Python."""
+
+
+def _split(data: memoryview, levels: tuple[tuple[Any, str], ...], level: int, path: tuple[int, ...],
+           unreadable: Unreadable, budget: list[int]) -> Message:
+    """`data` as `levels[level]`, its repeated child field (number 1 in the request, 2 below) parsed
+    item by item, and each item that does not parse split in turn, down to the records."""
+    kind, child_field = levels[level]
+    child_number = 1 if level == 0 else 2
+    shell, children = bytearray(), []
+    for number, start, payload, end in _wire_fields(data, budget):
+        if number == child_number and payload >= 0:
+            children.append(data[payload:end])
+        else:
+            shell += data[start:end]
+    message = kind.FromString(bytes(shell))
+    repeated = getattr(message, child_field)
+    for index, child in enumerate(children):
+        item, where = repeated.add(), (*path, index)
+        try:
+            item.ParseFromString(child)
+            continue
+        except (DecodeError, RecursionError, ValueError, TypeError):
+            item.Clear()
+        if level + 2 < len(levels):  # a resource or a scope: keep what of it parses
+            try:
+                item.CopyFrom(_split(child, levels, level + 1, where, unreadable, budget))
+                continue
+            except (DecodeError, RecursionError, ValueError, TypeError):
+                item.Clear()
+        unreadable[where] = _UNREADABLE
+    return message
+
+
+def _wire_fields(data: memoryview, budget: list[int]) -> Iterator[tuple[int, int, int, int]]:
+    """(field number, start, payload start or -1, end) of each field of a message's wire bytes."""
+    pos, size = 0, len(data)
+    while pos < size:
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise _TooManyFields
+        start = pos
+        key, pos = _varint(data, pos)
+        number, wire, payload = key >> 3, key & 7, -1
+        if wire == 0:
+            pos = _varint(data, pos)[1]
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        elif wire == 2:
+            length, payload = _varint(data, pos)
+            pos = payload + length
+        else:  # groups (3, 4) are not in OTLP; 6 and 7 are not wire types
+            raise ValueError(f"wire type {wire} at byte {start}")
+        if number == 0 or pos > size:
+            raise ValueError(f"broken field at byte {start}")
+        yield number, start, payload, pos
+
+
+def _varint(data: memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    for _ in range(10):
+        if pos >= len(data):
+            raise ValueError("truncated varint")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+    raise ValueError("varint longer than 10 bytes")
 
 
 @guarded
@@ -191,20 +304,39 @@ def _skip(errors: list[tuple[str, str]] | None, exc: SourceError, record: str) -
     errors.append((located.record or record, located.problem))
 
 
+def _unreadable(errors: list[tuple[str, str]] | None, unreadable: Unreadable, where: tuple[int, ...],
+                record: str) -> bool:
+    """Whether the resource, scope or record at `where` is a placeholder (reported, or raised without `errors`)."""
+    reason = unreadable.get(where)
+    if reason is None:
+        return False
+    _skip(errors, OtlpDecodeError(reason), record)
+    return True
+
+
 def spans_from_proto(request: ExportTraceServiceRequest, errors: list[tuple[str, str]] | None = None,
-                     part: TracePart | None = None) -> Iterator[SpanRecord]:
+                     part: TracePart | None = None, unreadable: Unreadable | None = None) -> Iterator[SpanRecord]:
     """Every span of a request. With `errors`, a bad span (or resource) is skipped and recorded as
     (its path, reason); without, the first one raises. Each resource is decoded once. With `part`,
-    only the spans of that part's traces (`partition_of`) are decoded; paths stay the request's."""
+    only the spans of that part's traces (`partition_of`) are decoded; paths stay the request's.
+    `unreadable` (from `read_request`) names placeholders, which are reported, whatever the part."""
+    unreadable = unreadable or {}
     for i, rs in enumerate(request.resource_spans):
+        if unreadable and _unreadable(errors, unreadable, (i,), f"resource_spans[{i}]"):
+            continue
         try:
             resource = guarded(key_values)(rs.resource.attributes, "resource.attributes")
         except SourceError as exc:
             _skip(errors, exc, f"resource_spans[{i}]")
             continue
         for j, ss in enumerate(rs.scope_spans):
+            if unreadable and _unreadable(errors, unreadable, (i, j), f"resource_spans[{i}].scope_spans[{j}]"):
+                continue
             fields = _scope_fields(ss.scope, resource)
             for k, span in enumerate(ss.spans):
+                if unreadable and _unreadable(errors, unreadable, (i, j, k),
+                                              f"resource_spans[{i}].scope_spans[{j}].spans[{k}]"):
+                    continue
                 if part is not None and partition_of(span.trace_id.hex(), part[1]) != part[0]:
                     continue
                 if fields is not None:
@@ -219,11 +351,19 @@ def spans_from_proto(request: ExportTraceServiceRequest, errors: list[tuple[str,
 
 
 def logs_from_proto(request: ExportLogsServiceRequest, errors: list[tuple[str, str]] | None = None,
-                    part: TracePart | None = None) -> Iterator[LogEvent]:
-    """Every log record of a request (`errors` and `part` as in `spans_from_proto`)."""
+                    part: TracePart | None = None, unreadable: Unreadable | None = None) -> Iterator[LogEvent]:
+    """Every log record of a request (`errors`, `part` and `unreadable` as in `spans_from_proto`)."""
+    unreadable = unreadable or {}
     for i, rl in enumerate(request.resource_logs):
+        if unreadable and _unreadable(errors, unreadable, (i,), f"resource_logs[{i}]"):
+            continue
         for j, sl in enumerate(rl.scope_logs):
+            if unreadable and _unreadable(errors, unreadable, (i, j), f"resource_logs[{i}].scope_logs[{j}]"):
+                continue
             for k, rec in enumerate(sl.log_records):
+                if unreadable and _unreadable(errors, unreadable, (i, j, k),
+                                              f"resource_logs[{i}].scope_logs[{j}].log_records[{k}]"):
+                    continue
                 if part is not None and partition_of(rec.trace_id.hex(), part[1]) != part[0]:
                     continue
                 try:
