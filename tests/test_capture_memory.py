@@ -113,9 +113,9 @@ def test_a_problem_on_many_spans_is_said_once_and_counted(tmp_path, caplog):
         for i in range(50):
             tracer.start_span("chat m", attributes={**chat_attributes(), "gen_ai.input.messages": f"not json {i}"}).end()
         processor.force_flush(30_000)
-    said = [r.getMessage() for r in caplog.records if "unreadable payload" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "payload malformed" in r.getMessage()]
     assert len(said) == 1 and "the rest are counted" in said[0]
-    assert processor.stats["skipped"]["unreadable payload (genai)"] == 50
+    assert processor.stats["skipped"]["payload malformed (genai, t)"] == 50
     processor.shutdown()
 
 

@@ -360,16 +360,17 @@ class CaptureWriter:
 
     def _add(self, item: NormalizedSpan, now_ns: int) -> None:
         """Report a normalized span's problems, redact it and add its rows to the batch."""
-        for problem in item.problems:
+        for problem in item.problems:  # its kind (before the colon) names the cause and the instrumentation
             self._count(problem.split(":")[0])
             self._warn(f"otel-replay: span {item.span.span_id} of trace {item.span.trace_id}: {problem} "
-                       f"(said once per kind of problem; the rest are counted)", key=problem.split(":")[0])
+                       f"(said once per cause and instrumentation; the rest are counted)", key=problem.split(":")[0])
         step = item.step
-        if step is not None and step.kind == "llm" and not step.has_payload:
+        if step is not None and step.kind == "llm" and not step.has_payload and not item.problems:
             self._warn(
                 f"otel-replay: GenAI spans from {item.span.scope_name or 'an instrumentation'} arrive without "
-                f"message content, so their steps are stored observation-only (they can be held, never "
-                f"resampled). To capture content: {content_setting_hint(item.span.scope_name)}."
+                f"message content (no content attribute or event), so their steps are stored observation-only "
+                f"(they can be held, never resampled). To capture content: "
+                f"{content_setting_hint(item.span.scope_name)}.", key=f"no content: {item.span.scope_name}"
             )
         if self._privacy is not None:
             known = len(item.problems)

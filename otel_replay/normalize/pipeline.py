@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_replay.normalize.content import CONTENT_EVENTS
+from otel_replay.normalize.content_settings import payload_problem
 from otel_replay.normalize.conventions import ADAPTERS, Convention
 from otel_replay.normalize.conventions.base import base_step, finish_reasons
 from otel_replay.normalize.conventions.genai import operation_of
@@ -76,7 +77,7 @@ def normalize_span(span: SpanRecord, logs: Sequence[LogEvent] = ()) -> Normalize
     try:
         step = adapter.normalize(span, logs)
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
-        problems.append(f"unreadable payload ({adapter.name}): {type(exc).__name__}: {exc}"[:300])
+        problems.append(payload_problem(span.attributes, adapter.is_payload_key, adapter.name, span.scope_name, exc))
         step = _fallback_step(span, adapter)
     if step is not None:
         step.finish_reasons = finish_reasons(step.finish_reasons)
