@@ -94,7 +94,10 @@ def show(store: Store, trace_id: str, as_json: bool) -> None:
 @output_options
 @click.pass_obj
 def sql(store: Store, query: str, as_json: bool, as_csv: bool) -> None:
-    """Run SQL over the store's views: spans, steps, messages, traces.
+    """Run one SELECT over the store's views: spans, steps, messages, traces (and rollouts, jobs, ...).
+
+    It reads the store's segments and nothing else: no other file or URL, COPY, ATTACH, INSTALL,
+    LOAD or SET.
 
     Example: otel-replay sql "select name, count(*) from steps where status = 'error' group by 1"
     """

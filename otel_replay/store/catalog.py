@@ -93,14 +93,14 @@ def check_predicate(predicate: str) -> None:
                   for text in (predicate, f"({predicate})", "TRUE")]
     finally:
         con.close()
-    not_one = StoreError(f"--where {predicate!r} is not one SQL expression over the traces view (a condition such "
+    not_one = StoreError(f"{predicate!r} is not one SQL expression over the traces view (a condition such "
                          "as status = 'error' AND steps > 3, with nothing closing the WHERE or added after it)")
     for doc in parsed[:2]:
         if doc.get("error"):
             said = str(doc.get("error_message"))
             if said.startswith("Only SELECT"):  # a second statement of another kind
                 raise not_one
-            raise StoreError(f"--where {predicate!r} is not valid SQL: {said}")
+            raise StoreError(f"{predicate!r} is not valid SQL: {said}")
     shapes, wheres = [], []
     for doc in parsed:
         nodes = [_tree(s.get("node")) for s in doc.get("statements", [])]
