@@ -7,6 +7,8 @@ DuckDB (a service's start-up pays only for the processor).
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 from otel_replay._version import __version__
@@ -55,3 +57,19 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted([*globals(), *__all__])
+
+
+class _Package(types.ModuleType):
+    """`otel_replay.replay` is the function, as it was when this module imported it eagerly: the
+    import system sets the subpackage of the same name here when it loads, and this keeps the name."""
+
+    @property
+    def replay(self) -> Any:
+        return importlib.import_module("otel_replay.replay").replay
+
+    @replay.setter
+    def replay(self, value: Any) -> None:
+        return None
+
+
+sys.modules[__name__].__class__ = _Package

@@ -59,7 +59,8 @@ def compact(store: Store, only_day: str | None, grace_s: float) -> None:
               help="Seconds after which a temp file is taken as left by a crashed writer.")
 @click.pass_obj
 def doctor(store: Store, check_only: bool, temp_age_s: float) -> None:
-    """Read every segment whole; move damaged ones to <store>/quarantine; remove stale temp files.
+    """Read every segment whole; move damaged ones to <store>/quarantine; roll back batches a crash
+    tore (never visible: rerun the import); remove stale temp files.
 
     Until then, queries skip a damaged segment with a warning. Example: otel-replay doctor --check
     """
@@ -74,6 +75,11 @@ def doctor(store: Store, check_only: bool, temp_age_s: float) -> None:
     click.echo(f"store: {report.root}\nchecked {report.checked} segments ({report.checked_bytes / 1e6:.2f} MB) "
                f"in {report.seconds:.2f} s: {len(report.damaged)} damaged"
                + ("" if check_only or not report.damaged else ", moved to quarantine/ (each with a note saying why)"))
+    for torn in report.torn:
+        done = "rolled back (its segments deleted)" if torn.rolled_back else "hidden from readers"
+        echo(f"torn batch {torn.manifest}: {len(torn.written)} of {torn.planned} segments written before a "
+             f"crash; {done}; rerun the import that wrote it (a capture's spans were never acknowledged)", err=True)
+    click.echo(f"torn batches: {len(report.torn)}")
     click.echo(f"temp files left by crashed writers: {report.temp_removed} removed, {report.temp_stale} stale "
                f"left, {report.temp_recent} recent (younger than {temp_age_s:g} s: a writer may own them)")
     if check_only and report.problems:
