@@ -80,3 +80,12 @@ def test_table_names_every_metric_and_both_processors(result: dict) -> None:
     assert f"a fixed miniature of record work took {result['machine']['record_work_ms']:.1f} ms" in table
     header, rule = table.splitlines()[:2]
     assert header.startswith("| metric") and set(rule) <= {"|", "-"}
+
+
+def test_beside_the_otlp_exporter_both_sides_are_measured(result: dict) -> None:
+    versus = result["versus_otlp"]
+    # every span reached disk in each CPU round (the bench raises otherwise), and both start-ups ran
+    assert versus["cpu"]["replay_us"] > 0 and versus["cpu"]["otlp_us"] > 0 and versus["cpu"]["spans"] > 0
+    assert versus["startup"]["replay_s"] > 0 and versus["startup"]["otel_s"] > 0
+    table = format_capture_table(result)
+    assert "start-up: import and create" in table and "CPU per distinct 4 KB GenAI span" in table
