@@ -103,7 +103,9 @@ def test_status_and_compact(store):
 
 def _commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:
     out = []
-    for name, command in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):  # the top group loads its commands lazily
+        command = group.get_command(ctx, name)
         out.append((prefix + name, command))
         if isinstance(command, click.Group):
             out += _commands(command, prefix + name + " ")

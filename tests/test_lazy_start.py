@@ -37,3 +37,21 @@ def test_the_processor_loads_no_heavy_module_on_the_services_thread(tmp_path):
                          text=True, timeout=120, check=True).stdout
     report = json.loads(out.strip().splitlines()[-1])
     assert report == {"on_main": [], "written": 1}, report
+
+
+def test_the_cli_lists_every_command_with_its_own_help_without_loading_them():
+    import click
+
+    from otel_replay.cli import COMMANDS, main
+
+    ctx = click.Context(main)
+    for name, (_, _, summary) in COMMANDS.items():
+        command = main.get_command(ctx, name)
+        assert command is not None and command.name == name
+        assert command.get_short_help_str(limit=300) == summary  # the listing says what the command says
+    probe = ("import sys; from otel_replay.cli import main; sys.argv[0] = 'otel-replay'\n"
+             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+             "print(sorted(m for m in ('duckdb', 'pyarrow', 'scipy', 'otel_replay.attribution') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+    assert "attribute" in out.stdout and "Find the step that made a run fail" in out.stdout
