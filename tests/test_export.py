@@ -84,7 +84,12 @@ def _check_tree(requests, store, report):
     assert attrs["otel_replay.attribution.verdict"] == "culprit-found"
     assert abs(attrs["otel_replay.attribution.culprit.estimate"] - culprit["estimate"]) < 1e-12
     assert "WHERE Step 0" in attrs["otel_replay.attribution.explanation"]
-    assert [e.name for e in attribution.events] == ["otel_replay.step_blame"] * len(traj.steps)
+    assert [e.name for e in attribution.events] == ["otel_replay.step_blame"] * len(traj.steps) + ["gen_ai.evaluation.result"]
+    run_evaluation = _attrs(attribution.events[-1].attributes)  # the GenAI conventions' evaluation, from the wire
+    assert run_evaluation["gen_ai.evaluation.name"] == "otel_replay.attribution"
+    assert run_evaluation["gen_ai.evaluation.score.label"] == "culprit-found"
+    assert abs(run_evaluation["gen_ai.evaluation.score.value"] - culprit["estimate"]) < 1e-12
+    assert "WHERE Step 0" in run_evaluation["gen_ai.evaluation.explanation"]
     links = {link.span_id.hex(): _attrs(link.attributes) for link in attribution.links}
     assert set(links) == {s.span_id for s in traj.steps}
     assert links[culprit["span_id"]]["otel_replay.blame.culprit"] is True
@@ -92,9 +97,17 @@ def _check_tree(requests, store, report):
     assert set(blames) == {s.span_id for s in traj.steps}  # one blame span under each scored step's span
     culprit_blame = blames[culprit["span_id"]]
     assert _attrs(culprit_blame.attributes)["otel_replay.blame.culprit"] is True
-    assert [e.name for e in culprit_blame.events] == ["otel_replay.repair"]
-    assert _attrs(culprit_blame.events[0].attributes)["otel_replay.repair.valid"] is True
-    assert "otel_replay.repair.output" not in _attrs(culprit_blame.events[0].attributes)  # no payloads unless asked
+    assert [e.name for e in culprit_blame.events] == ["gen_ai.evaluation.result", "otel_replay.repair"]
+    step_evaluation = _attrs(culprit_blame.events[0].attributes)
+    assert step_evaluation["gen_ai.evaluation.name"] == "otel_replay.blame"
+    assert step_evaluation["gen_ai.evaluation.score.label"] == "decisive"
+    assert abs(step_evaluation["gen_ai.evaluation.score.value"] - culprit["estimate"]) < 1e-12
+    assert step_evaluation["gen_ai.evaluation.explanation"].startswith("Step 0 (")
+    assert _attrs(culprit_blame.events[1].attributes)["otel_replay.repair.valid"] is True
+    assert "otel_replay.repair.output" not in _attrs(culprit_blame.events[1].attributes)  # no payloads unless asked
+    for parent, blame in blames.items():  # every scored step's blame span says its verdict as an evaluation
+        (evaluation,) = [_attrs(e.attributes) for e in blame.events if e.name == "gen_ai.evaluation.result"]
+        assert evaluation["gen_ai.evaluation.score.label"] == _attrs(blame.attributes)["otel_replay.blame.verdict"]
     assert all(_attrs(b.attributes)["otel_replay.blame.culprit"] is False for p, b in blames.items() if p != culprit["span_id"])
     resource = _attrs(spans[0][0].resource.attributes)
     assert resource["service.name"] == "otel-replay"

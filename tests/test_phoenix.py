@@ -267,6 +267,15 @@ def test_blame_merges_into_the_original_trace_in_phoenix(phoenix, attributed, tm
     assert set(repair) >= {"otel_replay.repair.fail_rate", "otel_replay.repair.drift", "otel_replay.repair.valid"}
     assert "otel_replay.repair.output" not in repair  # payloads only with --export-payloads
     assert 0 <= repair["otel_replay.repair.fail_rate"] <= 1
+    # the GenAI conventions' evaluation events survive too: one per blame span, one on the attribution span
+    for span in blame:
+        (evaluation,) = [_attributes(e) for e in span["events"] or [] if e["name"] == "gen_ai.evaluation.result"]
+        assert evaluation["gen_ai.evaluation.name"] == "otel_replay.blame"
+        assert evaluation["gen_ai.evaluation.score.label"] == _attributes(span)["otel_replay.blame.verdict"]
+        assert evaluation["gen_ai.evaluation.score.value"] == pytest.approx(_attributes(span)["otel_replay.blame.score"])
+    (run,) = [_attributes(e) for e in attribution["events"] or [] if e["name"] == "gen_ai.evaluation.result"]
+    assert run["gen_ai.evaluation.name"] == "otel_replay.attribution"
+    assert run["gen_ai.evaluation.score.label"] == "culprit-found"
 
     if CHROMIUM.exists():
         _screenshot(f"{phoenix}/redirects/spans/{culprit['span_id']}", tmp_path)

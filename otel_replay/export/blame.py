@@ -10,6 +10,10 @@ Payloads only with `payloads=True`: by default no exported span, event or link c
 or replayed content. The report's explanation quotes outputs (the final answer, the culprit's
 output, the repair), so without payloads the exported explanation is rebuilt from the report's
 numbers and step names only; the repair's output travels only with payloads.
+
+Each blame span and the attribution span also carry a `gen_ai.evaluation.result` event (the
+GenAI semantic conventions' evaluation result: name, score value, score label = the verdict,
+explanation), so backends that know the GenAI conventions show the blame as an evaluation.
 """
 
 from __future__ import annotations
@@ -21,11 +25,20 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
+    GEN_AI_EVALUATION_EXPLANATION,
+    GEN_AI_EVALUATION_NAME,
+    GEN_AI_EVALUATION_SCORE_LABEL,
+    GEN_AI_EVALUATION_SCORE_VALUE,
+)
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
 
 from otel_replay._version import __version__
 
 DEFAULT_SERVICE = "otel-replay"
+EVALUATION_EVENT = "gen_ai.evaluation.result"  # the GenAI semantic conventions' event (no constant in the package)
+STEP_EVALUATION = "otel_replay.blame"
+RUN_EVALUATION = "otel_replay.attribution"
 SCORED = ("decisive", "contributing", "locked-in", "no effect", "protective", "undecided")
 
 
@@ -53,6 +66,22 @@ def _blame(step: dict[str, Any]) -> dict[str, Any]:
 def _step(step: dict[str, Any]) -> dict[str, Any]:
     return {"otel_replay.step.index": step["index"], "otel_replay.step.name": step["name"],
             "otel_replay.step.span_id": step["span_id"]}
+
+
+def evaluation(name: str, label: str, value: float | None, explanation: str) -> dict[str, Any]:
+    """A `gen_ai.evaluation.result` event's attributes, as GenAI-aware backends read them."""
+    out: dict[str, Any] = {GEN_AI_EVALUATION_NAME: name, GEN_AI_EVALUATION_SCORE_LABEL: label,
+                           GEN_AI_EVALUATION_EXPLANATION: explanation}
+    if value is not None:
+        out[GEN_AI_EVALUATION_SCORE_VALUE] = float(value)
+    return out
+
+
+def step_explanation(step: dict[str, Any]) -> str:
+    """One sentence on a step's blame, from numbers only (no payload)."""
+    return (f"Step {step['index']} ({step['name']}): re-deciding it changes the failure rate by "
+            f"{step['estimate']:+.2f} (95% interval [{step['ci_low']:+.2f}, {step['ci_high']:+.2f}]); "
+            f"verdict {step['verdict']}.")
 
 
 def explanation_text(report: dict[str, Any], payloads: bool = False) -> str:
@@ -113,11 +142,16 @@ def blame_spans(report: dict[str, Any], root_span_id: str, service_name: str = D
                                       links=links) as span:
         for step in steps:
             span.add_event("otel_replay.step_blame", {**_step(step), **_blame(step)})
+        span.add_event(EVALUATION_EVENT, evaluation(RUN_EVALUATION, report["verdict"],
+                                                    culprit["estimate"] if culprit else None,
+                                                    attributes["otel_replay.attribution.explanation"]))
     repair = report.get("repair")
     for step in scored:
         context = set_span_in_context(NonRecordingSpan(_context(trace_id, step["span_id"])))
         with tracer.start_as_current_span(f"otel_replay.blame {step['name']}", context=context,
                                           attributes=_blame(step)) as blame:
+            blame.add_event(EVALUATION_EVENT, evaluation(STEP_EVALUATION, step["verdict"], step["estimate"],
+                                                         step_explanation(step)))
             if step["culprit"] and repair:
                 event = {"otel_replay.repair.fail_rate": repair["fail_rate"], "otel_replay.repair.drift": repair["drift"],
                          "otel_replay.repair.valid": repair["valid"]}
