@@ -79,4 +79,16 @@ def main(ctx: click.Context, store_path: str) -> None:
     """
     from otel_replay.trajectory import Store
 
+    _current_directory_importable()
     ctx.obj = Store(store_path)
+
+
+def _current_directory_importable() -> None:
+    """`--policies mypolicies` and `--verifier mycheck:ok` find modules beside the user, as `python -m`,
+    pytest and uvicorn do (an installed console script's path does not hold the current directory)."""
+    import os
+    import sys
+
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)

@@ -155,9 +155,22 @@ def write_file(path: Path, text: str) -> None:
         raise click.ClickException(f"cannot write {path}: {_reason(exc)}") from exc
 
 
+def _store_here(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """`--store` given after the command: it wins over the one before it (and the environment)."""
+    if value is not None:
+        from otel_replay.trajectory import Store
+
+        ctx.obj = Store(value)
+
+
 class StoreCommand(click.Command):
     """A command whose library errors become one-line `Error: ...` messages (made visible: an error
-    may quote a stored name)."""
+    may quote a stored name), and that takes `--store` after its name as well as before it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.params.append(click.Option(["--store"], expose_value=False, callback=_store_here, metavar="PATH|URL",
+                                        help="Store directory or URL (as `otel-replay --store ...`)."))
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

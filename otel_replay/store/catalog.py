@@ -256,6 +256,9 @@ class Catalog:
                 return matches[0]
             if len(matches) > 1:
                 raise UnknownTrace(f"trace id prefix {trace_id!r} is ambiguous: {', '.join(matches)}")
+        elif tid and all(c in "0123456789abcdef" for c in tid):
+            raise UnknownTrace(f"no trace {trace_id!r}: a trace id prefix needs at least 6 hex digits "
+                               "(list ids with `otel-replay traces`)")
         raise UnknownTrace(f"no trace {trace_id!r} in the store at {self.root} (list them with `otel-replay traces`)")
 
     def list_traces(self, *, failed: bool = False, since_ns: int = 0, limit: int = 50) -> pa.Table:
