@@ -249,10 +249,9 @@ SCANS: tuple[_Scan, ...] = (
     _Scan(frozenset({"bearer_token"}), re.compile(r"B(?:earer|EARER)[ \t]+([A-Za-z0-9._~+/\-]{8,}=*)"), "B", 0, (),
           _pick_bearer, 15),
     _Scan(frozenset({"basic_auth"}), BASIC, "B", 0, (), pick_basic, 14),
-    # a domain's labels in any script ([^\W_]: a letter or digit), a top-level domain of letters
-    _Scan(frozenset({"email"}), re.compile(r"@(?:[^\W_]|-)+(?:\.(?:[^\W_]|-)+)*\.[^\W\d_]{2,}"), "@", 0, (),
-          _pick_email),
-    _Scan(frozenset({"url_credentials"}), URL_AT, "@", 0, (), pick_url_password, 7),
+    # a domain's labels in any script (\w: letters, digits, '_'), a top-level domain of letters
+    _Scan(frozenset({"email"}), re.compile(r"@[\w\-]+(?:\.[\w\-]+)*\.[^\W\d_]{2,}"), "@", 0, (), _pick_email),
+    _Scan(frozenset({"url_credentials"}), URL_AT, "@", 0, (":", "/"), pick_url_password, 7),
     _Scan(frozenset({"cookie_header"}), COOKIE, ":", 0, (), pick_cookie, 9),
     *(_Scan(frozenset({"secret_assignment"}),
             re.compile(sep + r"(?:(?<=[eE][yYnNtT]" + sep + r")|(?<=[rRwW][dD]" + sep + r")|(?<=[eE][yYnNtT][\"' ]"
@@ -279,8 +278,11 @@ def _run(scan: _Scan, text: str, hits: list[Hit]) -> None:
     """Add the scan's findings in `text` to `hits`."""
     anchor, regex, back, pick = scan.anchor, scan.regex, scan.back, scan.pick
     at = text.find(anchor)
-    if at < 0 or scan.gates and any(ch not in text for ch in scan.gates):
+    if at < 0:
         return
+    for ch in scan.gates:
+        if ch not in text:
+            return
     if scan.whole:
         for m in regex.finditer(text):
             hit = pick(text, m)
@@ -366,8 +368,8 @@ _FOLDED = re.compile(
     rb"(?<=[\"' ]:)(?<=[yYnNtTdDeEsS\xbf][\"' ]:)(?<=[eEwWrRiIoOsSuU\xbf][yYnNtTdDeEsS\xbf][\"' ]:)"
     rb"(?:(?<=(?:" + _WORD + rb"|[kK\xaa][iI][eE])[\"' ]:)(?P<kq>)|(?:" + _JSON_KEY_WORDS + rb")(?P<kj>)"
     rb"|(?<=[aA][uU][tT][hH][oO][rR][iI][zZ][aA][tT][iI][oO][nN]\":)(?P<ka>))"
-    rb"|(?<=[yYnNtTdD]:)(?<=[eEwWrR][yYnNtTdD]:)(?<=(?:" + _WORD + rb"):)(?P<kw>)"
-    rb"|(?<=[eE]:)(?<=[kK][iI][eE]:)(?P<kc>)"  # Cookie:, Set-Cookie: (quoted, it is a `kq`)
+    rb"|(?<=[yYnNtTdDeE]:)(?:(?<=[eEwWrR][yYnNtTdD]:)(?<=(?:" + _WORD + rb"):)(?P<kw>)"
+    rb"|(?<=[kK][iI][eE]:)(?P<kc>))"  # Cookie:, Set-Cookie: (quoted, it is a `kq`)
     rb"|(?<=[shxu][kabpousr]:)(?:(?<=sk:)(?=[A-Za-z0-9:]{20})(?P<sk>)|(?<=gh[pousr]:)(?=[A-Za-z0-9]{36})(?P<gh>)"
     rb"|(?<=xox[abposr]:)(?=[A-Za-z0-9:]{10})(?P<xox>)|(?<=github:)(?=pat:[A-Za-z0-9:]{22})(?P<ghp>)))"
 )
@@ -388,7 +390,7 @@ _RARE = (  # anchor, its bits, how far before it a match starts, the condition (
     # BEGIN: a PEM block ('-' scan); Basic: HTTP basic auth
     (ord("B"), _BIT["B"] | _BIT["-"], 0, re.compile(rb"B(?:earer|EARER|EGIN|asic|ASIC)")),
     # an email, its domain in any script (a byte >= 0x80: part of a non-ASCII character)
-    (ord("@"), _BIT["@"], 0, re.compile(rb"@[A-Za-z0-9\-\x80-\xff]+(?:\.[A-Za-z0-9\-\x80-\xff]+)*\.[A-Za-z\x80-\xff]{2}")),
+    (ord("@"), _BIT["@"], 0, re.compile(rb"@[\w\-\x80-\xff]+(?:\.[\w\-\x80-\xff]+)*\.[A-Za-z\x80-\xff]{2}")),
 )
 _USERINFO_GATE = re.compile(rb"://[^\s/?#]*:[^\s/?#]*@")  # user:password@ in a URL (the other '@' scan)
 _PERCENT_GATE = re.compile(rb"%[0-9A-Fa-f]{2}")

@@ -54,11 +54,10 @@ USERINFO_REACH = 256  # how far before an '@' its URL's '://' may be
 
 def userinfo_password(text: str, at: int) -> int | None:
     """Where the password starts when the '@' at `at` ends a URL's `user:password@`, else None."""
-    head = text[max(at - USERINFO_REACH, 0):at]
-    scheme_end = head.rfind("://")
-    if scheme_end <= 0 or not head[scheme_end - 1].isalnum():
+    scheme_end = text.rfind("://", max(at - USERINFO_REACH, 0), at)
+    if scheme_end <= 0 or not text[scheme_end - 1].isalnum():
         return None
-    userinfo = head[scheme_end + 3:]
+    userinfo = text[scheme_end + 3:at]
     colon = userinfo.find(":")
     if colon < 0 or colon == len(userinfo) - 1 or _NOT_USERINFO.search(userinfo) is not None:
         return None

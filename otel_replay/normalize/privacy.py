@@ -46,8 +46,9 @@ STEP_TEXT: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 
 def _step_text(step: NormalizedStep) -> list[Any]:
-    """What of a step's own fields is text to scan (its gate reads these)."""
-    return [*(getattr(step, column) for column, _ in STEP_TEXT), step.finish_reasons, step.request_params]
+    """What of a step's own fields is text to scan (its gate reads these): `STEP_TEXT`, and more."""
+    return [step.name, step.operation, step.provider, step.request_model, step.response_model, step.agent_name,
+            step.conversation_id, step.tool_name, step.tool_call_id, step.finish_reasons, step.request_params]
 
 
 def _span_text(span: SpanRecord) -> list[Any]:
@@ -106,13 +107,15 @@ class Privacy:
         if r is None:
             item.span = span
             return item
-        bits, message_bits = self._bits(r, item, span)
+        bits, message_bits, own_text = self._bits(r, item, span)
         if bits == 0 == message_bits and not (span.resource and self._redacted_resource(r, span.resource)[1]):
             if step is not None:
                 step.redacted = []
             item.span = span  # nothing to redact: the same objects, nothing walked
             return item
         bound = bits if bits >= 0 else None  # the scans that can find anything: strings are not gated again
+        own_bits = 0 if bits == 0 else r._span_bits(own_text)[0]  # the span's and the step's own names and ids
+        own = own_bits if own_bits >= 0 else None
         found: set[str] = set()
 
         def note(part: str, names: frozenset[str]) -> None:
@@ -139,13 +142,14 @@ class Privacy:
             if step.error_type:  # taken from error text by some sources: scanned like it
                 step.error_type, names = self._column(step.error_type, ("error.type",), bound)
                 note("error", names)
-            note("step", self._step(step, bound))
+            if own != 0 or r.attribute_rules:
+                note("step", self._step(step, own))
             if step.request_params:  # a policy that re-runs the step is given them: "input", as its messages
                 step.request_params, names = r._value(step.request_params, bound)
                 note("input", names)
         item.attributes, names = r.attributes(item.attributes, bound)
         note("attributes", names)
-        span, names = self._span(span, bound)
+        span, names = self._span(span, bound, own)
         note("attributes", names)
         if step is not None:
             if step.service_name is not None:  # read from the resource at normalization: as it is stored now
@@ -154,20 +158,23 @@ class Privacy:
         item.span = span
         return item
 
-    def _bits(self, r: Redactor, item: NormalizedSpan, span: SpanRecord) -> tuple[int, int]:
-        """The gate bits of the span's attributes, status, events, links and error, and of its
-        messages (`Redactor._span_bits`). A message proven clean before is not read again: an agent
-        loop resends its history."""
+    def _bits(self, r: Redactor, item: NormalizedSpan, span: SpanRecord) -> tuple[int, int, list[Any]]:
+        """The gate bits of what the span stores besides its messages (attributes, status, events,
+        links, error, its and its step's own names and ids), and of its messages
+        (`Redactor._span_bits`); and those names and ids (gated again alone when the span is not
+        clean, so that they are scanned only when they hold something). A message proven clean
+        before is not read again: an agent loop resends its history."""
+        step = item.step
+        own = _span_text(span) if step is None else _span_text(span) + _step_text(step)
         values: Any = item.attributes
         if values.__class__ is not dict:
-            return -1, -1
-        step = item.step
-        values = [values, span.status_message, [e.attributes for e in span.events], span.links, _span_text(span)]
+            return -1, -1, own
+        values = [values, span.status_message, [e.attributes for e in span.events], span.links, own]
         if step is None:
-            return r._span_bits(values)
+            return *r._span_bits(values), own
         content = step.content
-        values += [step.error_message, step.error_type, _step_text(step), joined_text({"parts": content.system})]
-        return r._span_bits(values, (content.inputs, content.system, content.tools), content.outputs)
+        values += [step.error_message, step.error_type, joined_text({"parts": content.system})]
+        return *r._span_bits(values, (content.inputs, content.system, content.tools), content.outputs), own
 
     def _column(self, text: str, attributes: tuple[str, ...], bound: int | None) -> tuple[str, frozenset[str]]:
         """A step column read from `attributes`: replaced whole when a rule names one of them, else scanned."""
@@ -204,8 +211,9 @@ class Privacy:
             cached = self._resource = (resource, r.attributes(resource))
         return cached[1]
 
-    def _span(self, span: SpanRecord, bound: int | None) -> tuple[SpanRecord, frozenset[str]]:
-        """Status message, event and link attributes and the resource of a span, redacted."""
+    def _span(self, span: SpanRecord, bound: int | None, own: int | None) -> tuple[SpanRecord, frozenset[str]]:
+        """Status message, event and link attributes and the resource of a span, redacted; and its
+        names (span, scope, events: `own` bounds their scans)."""
         r = self.redactor
         assert r is not None
         changes: dict[str, Any] = {}
@@ -216,15 +224,15 @@ class Privacy:
                 changes["status_message"], names = text, names | found
         for field in ("name", "scope_name", "scope_version"):
             value = getattr(span, field)
-            if value:
-                text, found = r._text(value, bound)
+            if value and own != 0:
+                text, found = r._text(value, own)
                 if found:
                     changes[field], names = text, names | found
         if span.events:
             events, changed = [], False
             for e in span.events:
                 attrs, found = r.attributes(e.attributes, bound) if e.attributes else (e.attributes, NONE)
-                name, in_name = r._text(e.name, bound)
+                name, in_name = r._text(e.name, own)
                 found = found | in_name
                 changed |= bool(found)
                 events.append(SpanEvent(name, e.time_ns, attrs) if found else e)

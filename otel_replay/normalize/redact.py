@@ -126,7 +126,8 @@ class Redactor:
         if "{name}" not in placeholder:
             raise RedactionConfigError(f"placeholder {placeholder!r} must contain {{name}}")
         self.placeholder = placeholder
-        self._fields = "sensitive_field" in self._enabled or bool(self._exact) or self._globs is not None
+        self.attribute_rules = bool(self._exact) or self._globs is not None  # names whose whole value goes
+        self._fields = "sensitive_field" in self._enabled or self.attribute_rules
         self._min_length = MIN_BUILTIN_LENGTH if not (self._patterns or self._functions) else 1
         self._field_cache: dict[str, str | None] = {}
         self._memo: dict[int, tuple[Any, Any, frozenset[str]]] = {}
@@ -302,7 +303,8 @@ class Redactor:
             return 0
         several = len(unseen) + len(fresh) > 2  # else their bits are bound enough, and gating each costs more
         held: Any = (unseen, fresh) if fresh else unseen
-        joined = [j for m in (*unseen, *fresh) if (j := joined_text(m)) is not None]
+        joined = [j for m in (*unseen, *fresh) if m.__class__ is dict and (p := m.get("parts")).__class__ is list
+                  and len(p) > 1 and (j := joined_text(m)) is not None]
         bits = self._json_bits((held, joined) if joined else held, stop=several)
         if not bits and unseen:
             shared = [message for message in unseen if is_shared(message)]  # no other object comes back
@@ -399,8 +401,10 @@ class Redactor:
             seen = (message, message, NONE) if clean.get(id(message)) is message else memo.get(id(message))
             if seen is not None and seen[0] is message:
                 new, found = seen[1], seen[2]
+            elif message.__class__ is dict and (parts := message.get("parts")).__class__ is list and len(parts) > 1:
+                new, found = self._message(message, bound)  # its text parts, joined too
             else:
-                new, found = self._message(message, bound)
+                new, found = self.value(message) if bound < 0 else self._value(message, bound)
                 if is_shared(message):
                     self._remember(message, new, found, _rough_size(message))
             if new is not message and out is None:
@@ -410,12 +414,12 @@ class Redactor:
             names = names | found if found else names
         return (messages if out is None else out), names
 
-    def _message(self, message: Any, bound: int) -> tuple[Any, frozenset[str]]:
-        """One message redacted (`bound` as in `messages`), its text parts joined as well as apart."""
-        texts = text_parts(message.get("parts")) if message.__class__ is dict else None
+    def _message(self, message: dict[str, Any], bound: int) -> tuple[Any, frozenset[str]]:
+        """A message of several parts redacted (`bound` as in `messages`), its text parts joined as well as apart."""
+        parts = message["parts"]
+        texts = text_parts(parts)
         if texts is None:
             return self.value(message) if bound < 0 else self._value(message, bound)
-        parts = message["parts"]
         joined = "".join(parts[i]["content"] for i in texts)
         if bound < 0:
             bits = self._json_bits([message, joined]) if self._gated else -1
