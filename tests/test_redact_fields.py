@@ -19,6 +19,7 @@ from opentelemetry.trace import StatusCode
 
 from otel_replay import ReplayPlan, ReplayProcessor, Store, replay
 from otel_replay.normalize.privacy import Privacy
+from otel_replay.normalize.records import SpanRecord
 from otel_replay.normalize.redact import Redactor
 from otel_replay.replay.policies import Registry
 from otel_replay.replay.verify import verify_factual
@@ -172,6 +173,20 @@ def test_a_failing_rule_still_runs_the_builtins_on_the_names_it_keeps(tmp_path):
                      {"name": f"lookup:{E}", "agent_name": None, "tool_name": f"lookup:{E}",
                       "tool_call_id": f"call_{C}", "redacted": ["all:redaction-failed"]}]
     assert EMAIL not in everything(tmp_path)
+
+
+def test_free_text_kind_status_and_links_of_an_import_are_redacted(tmp_path):
+    """Flat JSON imports take a span's kind and status code as text, and keep a link as the mapping
+    it came in: all scanned, a link without attributes too."""
+    t0 = 1_767_225_600_000_000_000
+    span = SpanRecord("0" * 31 + "5", "0" * 15 + "6", None, "lookup", kind=f"CLIENT {EMAIL}", status_code=f"weird {EMAIL}",
+                      start_ns=t0, end_ns=t0 + 1000, links=[{"trace_id": "ab" * 16, "span_id": "cd" * 8, "note": f"from {EMAIL}"}],
+                      attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"})
+    ingest(tmp_path, [span], source="test")
+    (stored,) = rows(tmp_path, "span_rows", "span_kind, status_code, links")
+    assert (stored["span_kind"], stored["status_code"]) == (f"CLIENT {E}", f"weird {E}")
+    assert json.loads(stored["links"]) == [{"trace_id": "ab" * 16, "span_id": "cd" * 8, "note": f"from {E}"}]
+    assert rows(tmp_path, "step_rows", "status") == [{"status": f"weird {E}"}]
 
 
 # -- item 3: a secret split across a message's text parts ------------------------------------------

@@ -2,11 +2,12 @@
 
 Per-kind payload switches (`capture_payloads`) first, then a `Redactor` over everything of a span
 that is stored as text: the step's messages, the span's attributes (keys and values), events
-(names and attributes), links, resource and status, the names and versions it carries (span,
+(names and attributes), links, resource, status and kind, the names and versions it carries (span,
 scope, step, tool, agent, model, provider, operation), its conversation and tool-call ids, finish
-reasons and request parameters. Trace and span ids, times, counts and the enumerations the
-pipeline itself writes (kind, status) are not text and are stored as they are. A redaction that
-raises drops the span's payloads and attributes rather than store them unredacted (fail closed).
+reasons and request parameters. Stored as they are: trace and span ids (checked to be hex by every
+source), times and counts, and what the pipeline writes itself (step kind, convention, source). A
+redaction that raises drops the span's payloads and attributes rather than store them unredacted
+(fail closed), and its names and ids keep only what the built-in detectors leave.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def _content_event(event: SpanEvent) -> bool:
 # A deterministic placeholder keeps a redacted tool-call id equal to the same id redacted in the
 # messages' tool-call parts, so replay still binds each tool result to its call.
 STEP_TEXT: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("name", ()), ("operation", ("gen_ai.operation.name",)),
+    ("name", ()), ("status", ()), ("operation", ("gen_ai.operation.name",)),
     ("provider", ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")),
     ("request_model", ("gen_ai.request.model", "llm.model_name")),
     ("response_model", ("gen_ai.response.model", "llm.model_name")), ("agent_name", ("gen_ai.agent.name",)),
@@ -47,13 +48,17 @@ STEP_TEXT: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 def _step_text(step: NormalizedStep) -> list[Any]:
     """What of a step's own fields is text to scan (its gate reads these): `STEP_TEXT`, and more."""
-    return [step.name, step.operation, step.provider, step.request_model, step.response_model, step.agent_name,
+    return [step.name, step.status, step.operation, step.provider, step.request_model, step.response_model, step.agent_name,
             step.conversation_id, step.tool_name, step.tool_call_id, step.finish_reasons, step.request_params]
 
 
+_SPAN_TEXT = ("name", "kind", "status_code", "scope_name", "scope_version")  # (kind and status: free text in flat JSON)
+
+
 def _span_text(span: SpanRecord) -> list[Any]:
-    """What of a span's own fields is text to scan: name, scope name and version, event names."""
-    return [span.name, span.scope_name, span.scope_version, *(e.name for e in span.events)]
+    """What of a span's own fields is text to scan: `_SPAN_TEXT` and its events' names."""
+    return [span.name, span.kind, span.status_code, span.scope_name, span.scope_version,
+            *[e.name for e in span.events]]
 
 
 class Privacy:
@@ -222,7 +227,7 @@ class Privacy:
             text, found = r._text(span.status_message, bound)
             if found:
                 changes["status_message"], names = text, names | found
-        for field in ("name", "scope_name", "scope_version"):
+        for field in _SPAN_TEXT:
             value = getattr(span, field)
             if value and own != 0:
                 text, found = r._text(value, own)
@@ -239,7 +244,7 @@ class Privacy:
                 names = names | found if found else names
             if changed:
                 changes["events"] = events
-        if span.links and any(link.get("attributes") for link in span.links):
+        if span.links:  # a link's attributes, and whatever else a source kept in it
             links, found = r.value(span.links) if bound is None else r._value(span.links, bound)
             if found:
                 changes["links"], names = links, names | found
@@ -279,8 +284,8 @@ def _fail_closed(item: NormalizedSpan, exc: Exception) -> NormalizedSpan:
         step.redacted = ["all:redaction-failed"]
     item.attributes = {}
     span = item.span
-    item.span = dataclasses.replace(span, status_message=None, resource={}, links=[], name=_closed(span.name) or "",
-                                    scope_name=_closed(span.scope_name), scope_version=_closed(span.scope_version),
+    item.span = dataclasses.replace(span, status_message=None, resource={}, links=[],
+                                    **{field: _closed(getattr(span, field)) for field in _SPAN_TEXT},
                                     events=[SpanEvent(_closed(e.name) or "", e.time_ns, {}) for e in span.events])
     item.problems.append(f"redaction failed: {type(exc).__name__}: {exc}"[:200] + "; payloads and attributes dropped")
     return item
