@@ -124,16 +124,26 @@ def test_without_redaction_the_same_capture_stores_them_as_sent(tmp_path):
 
 
 def test_a_rule_naming_the_attribute_a_column_is_read_from_replaces_the_column(tmp_path):
+    """Except the tool's name and call id, which the messages carry too: a rule on the attribute does
+    not reach those, so the columns stay equal to them (replay binds by them)."""
     builder = TraceBuilder(agent="helper")
     builder.spans[0].attributes = {**builder.spans[0].attributes, "gen_ai.conversation.id": "conv-42",
                                    "session.id": "s-1"}
     builder.chat([{"role": "user", "parts": [{"type": "text", "content": "hi"}]}],
                  {"role": "assistant", "parts": [{"type": "text", "content": "hello"}]})
-    ingest(tmp_path, builder.spans, source="test",
-           privacy=Privacy(Redactor(attributes=["gen_ai.conversation.id", "gen_ai.request.model"])))
-    steps = rows(tmp_path, "step_rows", "kind, conversation_id, request_model")
-    assert steps == [{"kind": "agent", "conversation_id": "[REDACTED:attribute]", "request_model": None},
-                     {"kind": "llm", "conversation_id": None, "request_model": "[REDACTED:attribute]"}]
+    builder.tool("lookup", "c1", {"q": 1}, "ok")
+    rules = ["gen_ai.conversation.id", "gen_ai.request.model", "gen_ai.tool.name", "gen_ai.tool.call.id"]
+    ingest(tmp_path, builder.spans, source="test", privacy=Privacy(Redactor(attributes=rules)))
+    steps = rows(tmp_path, "step_rows", "kind, conversation_id, request_model, tool_name, tool_call_id")
+    assert steps == [{"kind": "agent", "conversation_id": "[REDACTED:attribute]", "request_model": None,
+                      "tool_name": None, "tool_call_id": None},
+                     {"kind": "llm", "conversation_id": None, "request_model": "[REDACTED:attribute]",
+                      "tool_name": None, "tool_call_id": None},
+                     {"kind": "tool", "conversation_id": None, "request_model": None, "tool_name": "lookup",
+                      "tool_call_id": "c1"}]
+    attributes = [json.loads(a) for a in Catalog(tmp_path).sql("select attributes from span_rows order by start_ns")
+                  .column("attributes").to_pylist()]
+    assert attributes[2]["gen_ai.tool.name"] == attributes[2]["gen_ai.tool.call.id"] == "[REDACTED:attribute]"
 
 
 def test_a_redacted_tool_call_id_still_binds_the_tool_result_in_replay(tmp_path):

@@ -34,15 +34,15 @@ def _content_event(event: SpanEvent) -> bool:
 
 # Step columns that hold text from the span, and the attributes each is read from: scanned like those
 # attributes' values, and replaced whole when a rule names one of them (`Redactor(attributes=...)`).
-# A deterministic placeholder keeps a redacted tool-call id equal to the same id redacted in the
-# messages' tool-call parts, so replay still binds each tool result to its call.
+# The tool's name and call id are in the messages too (a tool-call part's name and id), where a rule on
+# the attribute does not reach: they are scanned alike in both places, so that a redacted id still
+# equals the id in the parts (placeholders are deterministic) and replay binds each result to its call.
 STEP_TEXT: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("name", ()), ("status", ()), ("operation", ("gen_ai.operation.name",)),
     ("provider", ("gen_ai.provider.name", "gen_ai.system", "llm.provider", "llm.system")),
     ("request_model", ("gen_ai.request.model", "llm.model_name")),
     ("response_model", ("gen_ai.response.model", "llm.model_name")), ("agent_name", ("gen_ai.agent.name",)),
-    ("conversation_id", ("gen_ai.conversation.id", "session.id")), ("tool_name", ("gen_ai.tool.name",)),
-    ("tool_call_id", ("gen_ai.tool.call.id",)),
+    ("conversation_id", ("gen_ai.conversation.id", "session.id")), ("tool_name", ()), ("tool_call_id", ()),
 )
 
 
