@@ -252,7 +252,7 @@ SCANS: tuple[_Scan, ...] = (
     # a domain's labels in any script (\w: letters, digits, '_'), a top-level domain of letters
     _Scan(frozenset({"email"}), re.compile(r"@[\w\-]+(?:\.[\w\-]+)*\.[^\W\d_]{2,}"), "@", 0, (), _pick_email),
     _Scan(frozenset({"url_credentials"}), URL_AT, "@", 0, (":", "/"), pick_url_password, 7),
-    _Scan(frozenset({"cookie_header"}), COOKIE, ":", 0, (), pick_cookie, 9),
+    _Scan(frozenset({"cookie_header"}), COOKIE, ":", 0, (), pick_cookie, 9, whole=True),
     *(_Scan(frozenset({"secret_assignment"}),
             re.compile(sep + r"(?:(?<=[eE][yYnNtT]" + sep + r")|(?<=[rRwW][dD]" + sep + r")|(?<=[eE][yYnNtT][\"' ]"
                        + sep + r")|(?<=[rRwW][dD][\"' ]" + sep + "))" + _VALUE), sep, 0, (), _pick_assignment)

@@ -37,10 +37,10 @@ def pick_basic(text: str, m: re.Match[str]) -> Hit | None:
     return (m.start(1), m.end(1), "basic_auth") if b":" in decoded else None
 
 
-# 'Cookie:' or 'Set-Cookie:' (a quote may close the name, as in JSON held in a string), then the
-# header's value: a name=value pair and the rest of the line, up to a quote
-COOKIE = re.compile(r":(?:(?<=[cC][oO][oO][kK][iI][eE]:)|(?<=[cC][oO][oO][kK][iI][eE][\"']:))[ \t]*[\"']?"
-                    r"([^\s\"'=;,]{1,64}=(?:[^\r\n\"']*[^\s\"'])?)")
+# 'Cookie:' or 'Set-Cookie:', as HTTP/1 and HTTP/2 write them (a quote may close the name, as in
+# JSON held in a string), then the header's value: a name=value pair and the rest of the line, up to
+# a quote. It starts with a literal, 'ookie', so the regex scans text at the speed of a search.
+COOKIE = re.compile(r"ookie(?<=[cC]ookie)[\"']?:[ \t]*[\"']?([^\s\"'=;,]{1,64}=(?:[^\r\n\"']*[^\s\"'])?)")
 
 
 def pick_cookie(text: str, m: re.Match[str]) -> Hit | None:

@@ -57,8 +57,8 @@ _SPAN_TEXT = ("name", "kind", "status_code", "scope_name", "scope_version")  # (
 
 def _span_text(span: SpanRecord) -> list[Any]:
     """What of a span's own fields is text to scan: `_SPAN_TEXT` and its events' names."""
-    return [span.name, span.kind, span.status_code, span.scope_name, span.scope_version,
-            *[e.name for e in span.events]]
+    own = [span.name, span.kind, span.status_code, span.scope_name, span.scope_version]
+    return own + [e.name for e in span.events] if span.events else own
 
 
 class Privacy:
@@ -227,9 +227,9 @@ class Privacy:
             text, found = r._text(span.status_message, bound)
             if found:
                 changes["status_message"], names = text, names | found
-        for field in _SPAN_TEXT:
+        for field in _SPAN_TEXT if own != 0 else ():
             value = getattr(span, field)
-            if value and own != 0:
+            if value:
                 text, found = r._text(value, own)
                 if found:
                     changes[field], names = text, names | found
