@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 _WHERE = {
     "ReplayProcessor": "otel_replay.capture.processor",
     "ReplayLogProcessor": "otel_replay.capture.logs",
+    "configure": "otel_replay.capture.configure",
     "LLMInputs": "otel_replay.replay",
     "ReplayPlan": "otel_replay.replay",
     "ReplayRun": "otel_replay.replay",
@@ -41,6 +42,7 @@ __all__ = [
     "Store",
     "Trajectory",
     "__version__",
+    "configure",
     "policies",
     "replay",
     "replay_async",
