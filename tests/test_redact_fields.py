@@ -13,6 +13,8 @@ import json
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import StatusCode
@@ -26,6 +28,7 @@ from otel_replay.replay.verify import verify_factual
 from otel_replay.store.catalog import Catalog
 from otel_replay.store.ingest import ingest
 from otel_replay.testing.traces import TraceBuilder
+from tests.test_redact_fast import planted
 
 EMAIL = "jane.roe@example.com"
 KEY = "sk-proj-" + "Q7f3" * 8
@@ -241,3 +244,21 @@ def test_split_parts_in_an_agent_loop_history_and_in_system_instructions(tmp_pat
     assert [{"type": "text", "content": f"the admin key is {K}"}, {"type": "text", "content": K}] in bodies
     stored = everything(tmp_path)
     assert "jane.roe@exa" not in stored and "QLabcdefghijklmnopqrstuvwx" not in stored
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(planted(), st.lists(st.integers(0, 400), max_size=4))
+def test_however_a_text_is_cut_into_parts_what_it_holds_is_redacted(text, cuts):
+    """A text cut anywhere into text parts: gated and exact agree, and no secret the whole text's
+    scan finds is left readable in the parts (each part it reaches is redacted)."""
+    bounds = sorted({0, len(text), *(c for c in cuts if c < len(text))})
+    parts = [{"type": "text", "content": text[a:b]} for a, b in zip(bounds, bounds[1:], strict=False)] or [{"type": "text", "content": ""}]
+    message = {"role": "user", "parts": parts}
+    fast, exact = Redactor().messages([message]), Redactor(gates=False).messages([message])
+    assert fast == exact
+    joined = "".join(p.get("content", "") for p in fast[0][0]["parts"] if p["type"] == "text")
+    whole = Redactor(gates=False).text(text)[0]
+    for start, end, _ in Redactor(gates=False)._builtin_hits(text, None):
+        found = text[start:end]
+        if len(found) >= 6 and "[" not in found and "]" not in found:
+            assert found not in joined or found in whole, (found, joined)

@@ -19,7 +19,8 @@ The detectors and their speed: `otel_replay.normalize.detectors`. With the built
 the scans whose gates passed run on its strings, and three or more messages are gated one by one so
 the clean ones are not walked. With user rules every string is gated before its scans run.
 Messages repeated across an agent loop's turns are the same objects (normalize memoizes them), so
-each is redacted once; messages proven clean are remembered too.
+each is redacted once; messages proven clean are remembered too. A message's text parts are scanned
+joined as well as one by one (`Redactor.across_parts`): a secret split between two parts is found.
 """
 
 from __future__ import annotations
