@@ -39,6 +39,27 @@ def test_the_processor_loads_no_heavy_module_on_the_services_thread(tmp_path):
     assert report == {"on_main": [], "written": 1}, report
 
 
+_CONFIGURE = _PROBE.split("from otel_replay import")[0] + r"""
+from opentelemetry import trace
+from otel_replay import configure
+processor = configure(sys.argv[1])  # makes the TracerProvider and the LoggerProvider, adds both processors
+provider = trace.get_tracer_provider()
+with trace.get_tracer("t").start_as_current_span("chat m", attributes={"gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "m", "gen_ai.input.messages": "[]"}):
+    pass
+on_main = sorted(set(seen))
+provider.shutdown()
+print(json.dumps({"on_main": on_main, "written": processor.stats["written_spans"]}))
+"""
+
+
+def test_configure_loads_no_heavy_module_on_the_services_thread(tmp_path):
+    out = subprocess.run([sys.executable, "-c", _CONFIGURE, str(tmp_path / "store")], cwd=REPO, capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report == {"on_main": [], "written": 1}, report
+
+
 def test_the_cli_lists_every_command_with_its_own_help_without_loading_them():
     import click
 
