@@ -115,7 +115,7 @@ def test_a_problem_on_many_spans_is_said_once_and_counted(tmp_path, caplog):
         processor.force_flush(30_000)
     said = [r.getMessage() for r in caplog.records if "payload malformed" in r.getMessage()]
     assert len(said) == 1 and "the rest are counted" in said[0]
-    assert processor.stats["skipped"]["payload malformed (genai, t)"] == 50
+    assert processor.stats["skipped"]["payload malformed (genai)"] == 50
     processor.shutdown()
 
 

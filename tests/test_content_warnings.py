@@ -59,4 +59,13 @@ def test_content_absent_names_the_setting_of_that_instrumentation(tmp_path, capl
 def test_each_cause_is_said_once_per_instrumentation(tmp_path, caplog):
     bad = {**chat_attributes(), "gen_ai.output.messages": "not json"}
     said = _capture(tmp_path, caplog, [("a", bad), ("a", bad), ("b", bad)])
-    assert len(said) == 2 and "(genai, a)" in said[0] and "(genai, b)" in said[1], said
+    assert len(said) == 2 and "from a:" in said[0] and "from b:" in said[1], said
+
+
+def test_what_is_counted_in_the_store_holds_no_span_text(tmp_path, caplog):
+    from otel_replay import Store
+
+    secret_scope = "acme.sk-proj-ABCDEFGHIJKLMNOPQRSTUVWX"  # anything may be in a scope name
+    _capture(tmp_path, caplog, [(secret_scope, {**chat_attributes(), "gen_ai.output.messages": "not json"})])
+    reasons = Store(tmp_path).sql("select skip_reasons from capture_stats").column("skip_reasons").to_pylist()
+    assert reasons and all("sk-proj" not in r for r in reasons) and any("payload malformed (genai)" in r for r in reasons)

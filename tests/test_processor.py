@@ -134,8 +134,8 @@ def test_bad_payloads_are_stored_or_skipped_with_a_reason(tmp_path, caplog):
     spans = {r["name"]: r["span_id"] for r in Store(tmp_path).sql("select name, span_id from spans").to_pylist()}
     assert len(rows) == 4  # every span became a step; none was lost
     assert rows[spans["chat bad-json"]]["observation_only"] is True
-    assert processor.stats["skipped"].get("payload truncated (genai, t)") == 1  # bad-json: its input stops mid-list
-    assert processor.stats["skipped"].get("unreadable payload (genai, t)") == 1  # wrong-types
+    assert processor.stats["skipped"].get("payload truncated (genai)") == 1  # bad-json: its input stops mid-list
+    assert processor.stats["skipped"].get("unreadable payload (genai)") == 1  # wrong-types
     assert rows[spans["chat huge"]]["has_payload"] is True
     steps = Store(tmp_path).sql("select input_hashes from steps where span_id = ?", [spans["chat surrogate"]])
     assert len(steps.column("input_hashes")[0].as_py()) == 1

@@ -360,10 +360,11 @@ class CaptureWriter:
 
     def _add(self, item: NormalizedSpan, now_ns: int) -> None:
         """Report a normalized span's problems, redact it and add its rows to the batch."""
-        for problem in item.problems:  # its kind (before the colon) names the cause and the instrumentation
+        for problem in item.problems:  # "<kind>: from <scope>: ...": the kind is counted, kind and scope warned once
             self._count(problem.split(":")[0])
             self._warn(f"otel-replay: span {item.span.span_id} of trace {item.span.trace_id}: {problem} "
-                       f"(said once per cause and instrumentation; the rest are counted)", key=problem.split(":")[0])
+                       f"(said once per cause and instrumentation; the rest are counted)",
+                       key=":".join(problem.split(":")[:2]))
         step = item.step
         if step is not None and step.kind == "llm" and not step.has_payload and not item.problems:
             self._warn(

@@ -62,7 +62,8 @@ def _json_error(text: str) -> json.JSONDecodeError | None:
 def payload_problem(attributes: Mapping[str, Any], is_payload_key: Callable[[str], bool], convention: str,
                     scope_name: str | None, error: BaseException) -> str:
     """Why an adapter could not read a span's payload: a value cut off by an attribute length limit,
-    malformed JSON, or another shape; the text before the first colon is the warning's kind."""
+    malformed JSON, or another shape. The text before the first colon is the kind counted in the store
+    (no span text in it: a scope name could carry anything); up to the second, the warning's key."""
     scope = scope_name or "an instrumentation"
     for key, value in attributes.items():
         if not isinstance(value, str) or not is_payload_key(key):
@@ -72,15 +73,15 @@ def payload_problem(attributes: Mapping[str, Any], is_payload_key: Callable[[str
             continue
         limit = _limit()
         if limit is not None and len(value) == limit[1]:
-            return (f"payload truncated ({convention}, {scope}): {key} is cut at {limit[1]} characters, the "
+            return (f"payload truncated ({convention}): from {scope}: {key} is cut at {limit[1]} characters, the "
                     f"attribute length limit {limit[0]}={limit[1]}; raise or unset it (or SpanLimits("
                     f"max_attribute_length=...)) so whole messages are recorded")
         if bad.pos >= len(value.rstrip()) - 1 or bad.msg.startswith("Unterminated string"):
-            return (f"payload truncated ({convention}, {scope}): {key} ends mid-JSON after {len(value)} characters, "
+            return (f"payload truncated ({convention}): from {scope}: {key} ends mid-JSON after {len(value)} characters, "
                     f"as an attribute length limit cuts it (OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT, "
                     f"OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT or SpanLimits(max_attribute_length) in the service, or a "
                     f"collector's transform); raise or remove the limit")
-        return (f"payload malformed ({convention}, {scope}): {key} is not valid JSON ({bad.msg} at character "
+        return (f"payload malformed ({convention}): from {scope}: {key} is not valid JSON ({bad.msg} at character "
                 f"{bad.pos}); content capture is on, but what the instrumentation (or a processor rewriting "
                 f"attributes) wrote cannot be read: check its version")
-    return f"unreadable payload ({convention}, {scope}): {type(error).__name__}: {error}"[:300]
+    return f"unreadable payload ({convention}): from {scope}: {type(error).__name__}: {error}"[:300]
