@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from otel_replay.trajectory import Step, Store, Trajectory
 
 _WHERE = {
+    "AttributionBatch": "otel_replay.api",
+    "AttributionResult": "otel_replay.attribution.result",
+    "attribute": "otel_replay.api",
+    "attribute_async": "otel_replay.api",
     "ReplayProcessor": "otel_replay.capture.processor",
     "ReplayLogProcessor": "otel_replay.capture.logs",
     "configure": "otel_replay.capture.configure",
@@ -33,6 +37,8 @@ _WHERE = {
     "Trajectory": "otel_replay.trajectory",
 }
 __all__ = [
+    "AttributionBatch",
+    "AttributionResult",
     "LLMInputs",
     "ReplayLogProcessor",
     "ReplayPlan",
@@ -42,6 +48,8 @@ __all__ = [
     "Store",
     "Trajectory",
     "__version__",
+    "attribute",
+    "attribute_async",
     "configure",
     "policies",
     "replay",

@@ -10,6 +10,10 @@ Text produced by policies (rollout outputs, error messages, repair candidates) i
 it is stored, as capture and imports redact what they store: the built-in detectors by default,
 a rules file (`redact_rules`, the format of `--redact-rules`), or nothing (`redact=False`). The
 setting is a job parameter, so a resumed job redacts as it did.
+
+The verifier (and, through `otel_replay.attribute`, the policies) may be Python callables instead
+of importable specs. Such a job's stored parameters name them (`in_process`), and a resume that
+does not give them again fails saying so: another process cannot import a closure.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from otel_replay.attribution.lock import JobLock, JobLocked
 from otel_replay.attribution.plans import Budget, RolloutSpec
 from otel_replay.attribution.result import (
     AttributionResult,
+    Explanation,
     finding_verdict,
     shapley_finding,
     step_rows,
@@ -63,10 +68,17 @@ class AttributionError(Exception):
     """The job cannot run: a passing run without --credit, an unknown trace, a bad verifier."""
 
 
+def describe(fn: Any) -> str:
+    """A callable's name, `module:qualname`, as a stored job names what it was given."""
+    qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    return f"{getattr(fn, '__module__', None) or type(fn).__module__}:{qualname}"
+
+
 @dataclass(slots=True)
 class JobParams:
     trace_ids: list[str]
-    verifier: str  # how to rebuild it: "module:fn", "contains:TEXT", "regex:RE", "json-schema:FILE"
+    # how to rebuild it: "module:fn", "contains:TEXT", "regex:RE", "json-schema:FILE"; or the function itself
+    verifier: str | verifiers.Verifier
     threshold: float = 0.5
     method: str = "contrastive"  # contrastive, shapley, both
     rollouts: int | None = None  # fixed rollouts per plan; None: sequential, up to max_rollouts
@@ -85,9 +97,18 @@ class JobParams:
     search: str = "scan"  # contrastive search: scan every step backwards, or gallop (blocks, then halves)
     redact: bool = True  # redact policy-made text before it is stored (the built-in detectors) ...
     redact_rules: str | None = None  # ... or with these rules (a YAML or JSON file, as `--redact-rules`)
+    # what was given as Python objects, which a resume must be given again: "verifier" / "policies" -> their names
+    in_process: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if callable(self.verifier):
+            self.in_process.setdefault("verifier", describe(self.verifier))
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        if callable(self.verifier):
+            data["verifier"] = self.in_process["verifier"]
+        return json.dumps(data, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> JobParams:
@@ -106,8 +127,17 @@ class JobParams:
         return Design.sequential(self.max_rollouts, alpha=self.alpha, epsilon=self.epsilon)
 
 
-def build_verifier(spec: str) -> verifiers.Verifier:
-    return verifiers.build(spec)
+def build_verifier(spec: str | verifiers.Verifier) -> verifiers.Verifier:
+    return spec if callable(spec) else verifiers.build(spec)
+
+
+def not_resumable(job_id: str, missing: dict[str, str]) -> str:
+    """Why a job started from Python callables cannot be resumed without them, and how to resume it."""
+    given = "; ".join(f"the {what} {name}" for what, name in sorted(missing.items()))
+    again = ", ".join(f"{what}=..." for what in sorted(missing))
+    return (f"job {job_id} was started from Python with callables that have no importable path ({given}), so "
+            f"another process cannot rebuild them: resume it from Python, giving the same ones again: "
+            f"otel_replay.attribute(resume={job_id!r}, {again})")
 
 
 def build_redactor(redact: bool, rules: str | None) -> Redactor | None:
@@ -170,7 +200,9 @@ class Job:
     executor: Executor | None = None  # where rollouts run (None: a thread pool of params.concurrency)
 
     def __post_init__(self) -> None:
-        self.verifier = verifiers.build(self.params.verifier)
+        if "verifier" in self.params.in_process and not callable(self.params.verifier):  # a resume without it
+            raise AttributionError(not_resumable(self.job_id, self.params.in_process))
+        self.verifier = build_verifier(self.params.verifier)
         self.redactor = build_redactor(self.params.redact, self.params.redact_rules)
         self.progress = JobProgress()
         self.budget = Budget(self.params.max_policy_calls)
@@ -318,7 +350,7 @@ class Job:
             sequential=p.rollouts is None, max_rollouts=p.rollouts or p.max_rollouts, tests=scan.design.tests,
             candidates=list(finding.candidates), untested=list(finding.untested),
             budget_exhausted=self.budget.exhausted, max_policy_calls=p.max_policy_calls, shapley=shapley)
-        result.explanation = explain(trajectory, result, repair, runner)
+        result.explanation = Explanation(explain(trajectory, result, repair, runner))
         self._write_results(trajectory, result)
         return result
 

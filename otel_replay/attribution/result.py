@@ -6,11 +6,21 @@ every later re-decidable step was decided), `undecided` (the data do not single 
 first), `no-culprit` (every re-decidable step was decided, none harmful), `unreplayable` (no step
 could be re-decided). Reports written before `undecided` existed may say `partial` (the budget
 ran out).
+
+Read from Python: `result.verdict`, `.culprit` (the step's index, name, effect and interval, or
+None), `.steps` (one row per step), `.repair`, `.explanation` (WHAT / WHERE / WHY / FIX: a dict,
+printed as the CLI prints it), `str(result)`, `.to_json()`. `.to_html(path)` and a notebook's
+`_repr_html_` need the HTML renderer, which lives in the export layer: `otel_replay.attribute`
+attaches it (this layer renders nothing itself).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from html import escape
+from pathlib import Path
 from typing import Any
 
 from otel_replay.attribution.contrastive import Finding, StepEstimate
@@ -21,6 +31,21 @@ REPORT_SCHEMA = "otel-replay/attribution-report/1"
 TRACE_VERDICTS = ("culprit-found", "no-culprit", "undecided", "unreplayable")
 STEP_VERDICTS = ("decisive", "contributing", "locked-in", "no effect", "protective", "undecided",
                  "observation-only", "no policy", "unreplayable", "not scored")
+
+
+EXPLANATION_KEYS = ("what", "where", "why", "fix")
+
+HtmlWriter = Callable[[dict[str, Any], Path | None], str]
+"""Renders a report document as the HTML page `attribute --html` writes (and writes it to the path
+when one is given); attached by the layer that owns rendering."""
+
+
+class Explanation(dict[str, str]):
+    """WHAT / WHERE / WHY / FIX (and `causal_trace`): a dict, whose `str` is the four lines the
+    command line prints."""
+
+    def __str__(self) -> str:
+        return "\n".join(f"{key.upper():5} {self.get(key, '')}" for key in EXPLANATION_KEYS)
 
 
 @dataclass(slots=True)
@@ -48,13 +73,76 @@ class AttributionResult:
     budget_exhausted: bool = False
     max_policy_calls: int | None = None
     shapley: list[dict[str, Any]] = field(default_factory=list)
+    _html: HtmlWriter | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.explanation, Explanation):
+            self.explanation = Explanation(self.explanation)
+
+    @classmethod
+    def from_report(cls, document: dict[str, Any]) -> AttributionResult:
+        """A result from its report document (`report()`, `--json`, the `reports` view), those of
+        older versions included (`adaptive` instead of `sequential`, verdict `partial`)."""
+        known = {f.name for f in fields(cls) if f.init}
+        data = {k: v for k, v in document.items() if k in known}
+        data.setdefault("sequential", bool(document.get("adaptive", True)))
+        return cls(**data)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        data.pop("_html")
+        return data
+
+    def to_json(self) -> str:
+        """The JSON report, as `attribute --json` writes it (schemas/attribution-report.schema.json)."""
+        return json.dumps(self.report(), indent=2, ensure_ascii=False)
+
+    def to_html(self, path: str | Path | None = None) -> str:
+        """The HTML report `attribute --html` writes (self-contained, no network); with `path`, also
+        written there, 0600 like the store."""
+        if self._html is None:
+            raise RuntimeError("this result has no HTML renderer: results from otel_replay.attribute() have one; "
+                            "otherwise use otel_replay.export.html.render_html(result.report(), trajectory)")
+        return self._html(self.report(), None if path is None else Path(path))
+
+    def _repr_html_(self) -> str | None:
+        """In a notebook: the HTML report, in an iframe so its styles stay out of the notebook's."""
+        if self._html is None:
+            return None
+        page = self._html(self.report(), None)
+        return (f'<iframe srcdoc="{escape(page, quote=True)}" style="width:100%;height:640px;border:0" '
+                f'title="otel-replay attribution of {escape(self.trace_id)}"></iframe>')
+
+    @property
+    def headline(self) -> str:
+        """One line: the culprit with its effect and interval, or the verdict (and the candidates)."""
+        c = self.culprit
+        if c is not None:
+            interval = (f", {100 * (1 - self.alpha):.0f}% interval [{c['ci_low']:+.2f}, {c['ci_high']:+.2f}]"
+                        if c.get("ci_low") is not None else "")
+            return f"culprit: step {c['index']} ({c['kind']} {c['name']}), effect {c['estimate']:+.2f}{interval}"
+        if self.candidates:
+            return f"{self.verdict}: between steps {', '.join(str(i) for i in self.candidates)}"
+        return f"{self.verdict}: no culprit named"
+
+    @property
+    def repair_line(self) -> str:
+        """The repair in one line: the forced output, its failure rate and interval, its drift."""
+        r = self.repair
+        if r is None:
+            return "REPAIR none: no culprit to repair" if self.culprit is None else "REPAIR not searched (repair=True)"
+        state = r.get("verdict", "valid" if r["valid"] else "invalid")
+        return (f"REPAIR {state}: step {r['step_index']} forced to {preview(r['output'])!r} fails "
+                f"{100 * r['fail_rate']:.0f}% [{100 * r['ci_low']:.0f}%, {100 * r['ci_high']:.0f}%] of "
+                f"{r['rollouts']} rollouts, drift {r['drift']:.2f}")
+
+    def __str__(self) -> str:
+        return f"{self.headline}\n{self.explanation}"
 
     def report(self) -> dict[str, Any]:
         """The report document (schemas/attribution-report.schema.json)."""
         data = self.to_dict()
+        data["explanation"] = dict(data["explanation"])
         culprit = data.pop("culprit")
         data["culprit"] = None if culprit is None else {k: culprit[k] for k in (
             "index", "span_id", "name", "kind", "agent", "estimate", "ci_low", "ci_high", "fail_held", "fail_resampled")}

@@ -10,15 +10,11 @@ import click
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from otel_replay.attribution import (
-    AttributionError,
-    AttributionResult,
-    Job,
-    JobParams,
-    VerifierError,
-)
-from otel_replay.attribution.executors import ENGINES, EngineError, make_executor
-from otel_replay.attribution.job import load_params, select_traces
+from otel_replay.api import make_job, run
+from otel_replay.attribution import AttributionError, AttributionResult, Job, VerifierError
+from otel_replay.attribution.executors import ENGINES, EngineError
+from otel_replay.attribution.job import select_traces
+from otel_replay.attribution.result import Explanation
 from otel_replay.attribution.sequential import DEFAULT_ALPHA, DEFAULT_EPSILON, DEFAULT_MAX_ROLLOUTS
 from otel_replay.cli.output import (
     StoreCommand,
@@ -33,10 +29,8 @@ from otel_replay.cli.output import (
     writing_to,
 )
 from otel_replay.cli.privacy import redaction_options, redactor_from
-from otel_replay.cli.replaying import load_policies
 from otel_replay.export.html import render_html
 from otel_replay.export.report import report_json
-from otel_replay.replay import policies
 from otel_replay.store import StoreError, queries
 from otel_replay.store.catalog import check_predicate
 from otel_replay.trajectory import Store
@@ -65,22 +59,13 @@ def run_job(store: Store, job: Job) -> list[AttributionResult]:
         click.echo(f"job {job.job_id} (if interrupted, continue it with --resume {job.job_id})", err=True)
         try:
             with writing_to(store):
-                results = job.run()
+                results = run(job)
         except (AttributionError, VerifierError) as exc:
             raise click.ClickException(str(exc)) from exc
     if job.errored:
         click.echo(f"warning: {job.errored} rollouts errored (a policy raised or timed out) and were left out of the "
                    "estimates; see: otel-replay sql \"select reason from rollouts where errored\"", err=True)
     return results
-
-
-def choose_executor(job: Job, engine: str, address: str | None, worker_cpus: float) -> Any:
-    """`--engine`: None for the local thread pool; Ray workers rebuild the job's policies from --policies."""
-    try:
-        return make_executor(engine, address, job.params.policies, job.params.verifier, job.registry,
-                             job.params.concurrency, worker_cpus)
-    except EngineError as exc:
-        raise click.ClickException(str(exc)) from exc
 
 
 def console_err() -> Any:
@@ -125,8 +110,7 @@ def print_result(store: Store, report: dict[str, Any]) -> None:
             table.add_row(*map(cell, (s["index"], kind, name, _number(s["value"]), f"[{s['ci_low']:+.2f}, {s['ci_high']:+.2f}]",
                                       s["samples"], s["rank"], ("★ " if s.get("culprit") else "") + s["verdict"])))
         console().print(table)
-    for key in ("what", "where", "why", "fix"):
-        echo(f"{key.upper():5} {report['explanation'][key]}")
+    echo(Explanation(report["explanation"]))
     click.echo(f"{report['rollouts']} rollouts, {report['policy_calls']} policy calls, job {report['job_id']}")
 
 
@@ -225,28 +209,20 @@ def attribute(store: Store, trace_ids: tuple[str, ...], where: str | None, resum
     if options.pop("target_width") is not None:
         click.echo("warning: --target-width is no longer used: each step is sampled until its interval decides it "
                    "(see --epsilon and --max-rollouts)", err=True)
-    if resume:
-        if redact_rules is not None or no_redact:
-            raise click.UsageError("--resume redacts as the job did: give no --redact-rules or --no-redact")
-        params, created = load_params(store, resume)
-        load_policies(params.policies)
-        try:  # e.g. the job's redaction rules file is gone
-            job = Job(store, params, policies.registry.copy(), job_id=resume, created_ns=created)
-        except AttributionError as exc:
-            raise click.ClickException(str(exc)) from exc
-    else:
+    if resume and (redact_rules is not None or no_redact):
+        raise click.UsageError("--resume redacts as the job did: give no --redact-rules or --no-redact")
+    if not resume:
         if bool(trace_ids) == bool(where):
             raise click.UsageError("give --trace-id (one or more) or --where, or --resume a job")
-        spec = _verifier_spec(verifier, expect_contains, expect_regex, expect_json_schema)
-        ids = [store.resolve_trace_id(t) for t in trace_ids] if trace_ids else select_traces(store, where)
-        if not ids:
-            raise click.ClickException(f"no trace matches --where {where!r}")
-        load_policies(policies_spec)
-        options["policy_timeout_s"] = options["policy_timeout_s"] or None  # 0: no limit
         redactor_from(redact_rules, no_redact)  # bad rules: a usage error now, not mid-job
-        options.update(redact=not no_redact, redact_rules=str(redact_rules.resolve()) if redact_rules else None)
-        job = Job(store, JobParams(ids, spec, policies=policies_spec, **options), policies.registry.copy())
-    job.executor = choose_executor(job, engine, address, worker_cpus)
+        options.update(policies=policies_spec, where=where, redact=not no_redact, redact_rules=redact_rules,
+                       verifier=_verifier_spec(verifier, expect_contains, expect_regex, expect_json_schema),
+                       policy_timeout_s=options["policy_timeout_s"] or None)  # 0: no limit
+    try:
+        job = make_job(list(trace_ids) or None, store=store, resume=resume, engine=engine, address=address,
+                       worker_cpus=worker_cpus, **({} if resume else options))
+    except EngineError as exc:
+        raise click.ClickException(str(exc)) from exc
     results = run_job(store, job)
     reports = [r.report() for r in results]
     for report in reports:
