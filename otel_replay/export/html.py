@@ -142,7 +142,7 @@ def interval_chart(steps: list[dict[str, Any]], epsilon: float | None = None) ->
 def legend(verdicts: set[str], epsilon: float | None) -> str:
     """The colours of the verdicts present, each with what it means."""
     items = [f'<li><span class="sw{" badge undecided" if v == "undecided" else ""}" style="background:{colour}">'
-             f'</span><b>{escape(v)}</b>: {escape(meaning)}</li>'
+             f'</span><b>{escape(v)}</b>: {escape(meaning)}{" (dashed, a hollow dot)" if v == "undecided" else ""}</li>'
              for v, (colour, meaning) in VERDICTS.items() if v in verdicts]
     if epsilon:
         items.append(f'<li><span class="sw" style="background:#e8f5e9;border:1px solid #cfe8d1"></span>'
@@ -323,7 +323,7 @@ def _charts(report: Mapping[str, Any]) -> str:
         out += (f"<section><h2>Effect of each step ({level} interval)</h2>{interval_chart(report['steps'], eps)}"
                 f"{legend(verdicts, eps)}<p class=\"muted\">effect = P(fail | step held) − P(fail | step re-decided); "
                 f"intervals hold simultaneously over the {escape(report.get('tests', len(report['steps'])))} step(s) "
-                f"the search could test; a dashed line is an undecided step.</p></section>")
+                f"the search could test.</p></section>")
     if report.get("shapley"):
         names = {s["index"]: s.get("name", "") for s in report["steps"]}
         shapley = sorted(({**v, "estimate": v["value"], "name": v.get("name") or names.get(v["index"], "")}
