@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, set_value
 from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_replay.capture.queue import SpanQueue  # noqa: I001
@@ -233,6 +234,9 @@ class CaptureWriter:
 
     # -- the loop ------------------------------------------------------------------------------
     def _run(self) -> None:
+        # what the writer does must not be traced: an instrumented HTTP or S3 client writing the store
+        # would otherwise make spans of its own, which come back here (as BatchSpanProcessor does)
+        attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
         try:
             self._loop()
         except BaseException as exc:  # noqa: BLE001 - recorded; `revive` starts a new thread
