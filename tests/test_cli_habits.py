@@ -47,3 +47,21 @@ def test_a_verifier_module_beside_the_user_is_found(store, tmp_path):
 def test_a_short_prefix_says_how_long_a_prefix_must_be(store):
     done = _run("--store", str(store), "show", "00000")
     assert done.returncode != 0 and "needs at least 6 hex digits" in done.stderr
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    import click
+
+    from otel_replay.cli import main
+
+    def walk(group: click.Group, prefix: str) -> list[str]:
+        ctx, missing = click.Context(group), []
+        for name in group.list_commands(ctx):
+            command = group.get_command(ctx, name)
+            missing += [f"{prefix}{name} {p.opts[0]}" for p in command.params
+                        if isinstance(p, click.Option) and not p.hidden and not (p.help or "").strip()]
+            if isinstance(command, click.Group):
+                missing += walk(command, f"{prefix}{name} ")
+        return missing
+
+    assert walk(main, "") == []

@@ -150,7 +150,9 @@ def write_outputs(store: Store, reports: list[dict[str, Any]], json_path: Path |
 @click.option("--expect-json-schema", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Built-in verifier: the final output is JSON valid against this schema.")
 @click.option("--threshold", default=0.5, show_default=True, type=click.FloatRange(0, 1), help="Scores below fail.")
-@click.option("--method", type=click.Choice(["contrastive", "shapley", "both"]), default="contrastive", show_default=True)
+@click.option("--method", type=click.Choice(["contrastive", "shapley", "both"]), default="contrastive", show_default=True,
+              help="contrastive: each step re-decided against its prefix (the point of commitment); shapley: "
+              "credit shared over random orders of steps; both.")
 @click.option("--shapley-permutations", default=20, show_default=True, type=click.IntRange(min=1),
               help="--method shapley or both: antithetic permutation pairs.")
 @click.option("--rollouts", type=click.IntRange(min=1),
@@ -170,7 +172,8 @@ def write_outputs(store: Store, reports: list[dict[str, Any]], json_path: Path |
                    "bisect (fewer calls when the culprit is early or absent; assumes effects in a block do not cancel).")
 @click.option("--repair", is_flag=True, help="Search a validated repair for the culprit.")
 @click.option("--credit", is_flag=True, help="Attribute a passing run: which step secured the success.")
-@click.option("--concurrency", default=4, show_default=True, type=click.IntRange(min=1))
+@click.option("--concurrency", default=4, show_default=True, type=click.IntRange(min=1),
+              help="Rollouts run at once (policy calls in flight).")
 @click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
               help="Where rollouts run: threads here, or Ray workers (pip install 'otel-replay[ray]').")
 @click.option("--address", help="--engine ray: the cluster (auto, ray://HOST:10001); default: a new local instance.")
@@ -181,14 +184,16 @@ def write_outputs(store: Store, reports: list[dict[str, Any]], json_path: Path |
 @click.option("--policy-timeout", "policy_timeout_s", default=60.0, show_default=True, type=click.FloatRange(0),
               metavar="SECONDS", help="Cut off a policy call after this long; its rollout is errored, and a hung "
                                       "sync policy's thread is abandoned, not killed (0: no limit).")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of every rollout: the same seed, the same results.")
 @redaction_options
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the JSON report.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the HTML report.")
 @click.option("--export", "export_to", type=click.Choice(["otlp"]), help="Send the blame into the original trace.")
 @click.option("--otlp-endpoint", help="Default: $OTEL_EXPORTER_OTLP_ENDPOINT.")
-@click.option("--otlp-protocol", type=click.Choice(["grpc", "http/protobuf"]))
-@click.option("--otlp-header", "otlp_headers", multiple=True, metavar="K=V")
+@click.option("--otlp-protocol", type=click.Choice(["grpc", "http/protobuf"]),
+              help="With --export otlp. Default: $OTEL_EXPORTER_OTLP_PROTOCOL or http/protobuf.")
+@click.option("--otlp-header", "otlp_headers", multiple=True, metavar="K=V",
+              help="With --export otlp: an extra header (repeatable).")
 @click.option("--service-name", default="otel-replay", show_default=True, help="service.name of the blame spans.")
 @click.pass_obj
 def attribute(store: Store, trace_ids: tuple[str, ...], where: str | None, resume: str | None, policies_spec: str | None,
@@ -240,7 +245,7 @@ def attribute(store: Store, trace_ids: tuple[str, ...], where: str | None, resum
 
 
 @click.command(cls=StoreCommand)
-@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1))
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1), help="Newest jobs shown.")
 @output_options
 @click.pass_obj
 def jobs(store: Store, limit: int, as_json: bool, as_csv: bool) -> None:
@@ -275,10 +280,10 @@ def aggregate(store: Store, job_id: str | None, where: str | None, as_json: bool
 
 
 @click.command(cls=StoreCommand)
-@click.option("--job", "job_id", required=True)
-@click.option("--trace-id", required=True)
-@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--job", "job_id", required=True, help="The attribution job (see `otel-replay jobs`).")
+@click.option("--trace-id", required=True, help="A trace of that job.")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the HTML report.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the JSON report.")
 @click.pass_obj
 def report(store: Store, job_id: str, trace_id: str, html_path: Path | None, json_path: Path | None) -> None:
     """Re-render a stored attribution report (terminal, JSON, HTML) without re-running anything.
@@ -312,14 +317,15 @@ def parse_headers(values: tuple[str, ...]) -> dict[str, str]:
 
 
 @click.command(name="export", cls=StoreCommand)
-@click.option("--job", "job_id", required=True)
+@click.option("--job", "job_id", required=True, help="The attribution job whose blame to export.")
 @click.option("--trace-id", help="Only this trace (default: every trace of the job).")
-@click.option("--to", "to", type=click.Choice(["otlp", "jaeger-json", "otlp-json"]), required=True)
+@click.option("--to", "to", type=click.Choice(["otlp", "jaeger-json", "otlp-json"]), required=True,
+              help="otlp: send to a collector or backend; jaeger-json / otlp-json: write a file (--out).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="The file, for jaeger-json and otlp-json.")
 @click.option("--otlp-endpoint", help="Default: $OTEL_EXPORTER_OTLP_ENDPOINT, as for any OTel exporter.")
 @click.option("--otlp-protocol", type=click.Choice(["grpc", "http/protobuf"]), help="Default: $OTEL_EXPORTER_OTLP_PROTOCOL or http/protobuf.")
 @click.option("--otlp-header", "headers", multiple=True, metavar="K=V", help="An extra header (repeatable).")
-@click.option("--service-name", default="otel-replay", show_default=True)
+@click.option("--service-name", default="otel-replay", show_default=True, help="service.name of the blame spans.")
 @click.option("--export-payloads", is_flag=True, help="Include the repaired output (payloads are not exported otherwise).")
 @click.pass_obj
 def export(store: Store, job_id: str, trace_id: str | None, to: str, out: Path | None, otlp_endpoint: str | None,

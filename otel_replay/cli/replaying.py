@@ -81,7 +81,7 @@ def _json_value(ctx: click.Context, param: click.Parameter, value: str | None) -
 @click.option("--remove", is_flag=True, help="The step's output disappears downstream.")
 @click.option("--resample", is_flag=True, help="Re-decide the step with its policy.")
 @click.option("--model", help="Ask llm policies for this model (the swap-model intervention).")
-@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the re-run: the same seed, the same run.")
 @policies_option
 @click.pass_obj
 def fork(store: Store, trace_id: str, step: int, do_value: Any, observe_value: Any, remove: bool, resample: bool,

@@ -45,7 +45,7 @@ def parse_since(value: str | None) -> int:
 @click.command(cls=StoreCommand)
 @click.option("--failed", is_flag=True, help="Only traces whose root span or last step failed.")
 @click.option("--since", help="Only traces that started within this window (30m, 1h, 2d) or after an ISO time.")
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1))
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1), help="Newest traces shown.")
 @output_options
 @click.pass_obj
 def traces(store: Store, failed: bool, since: str | None, limit: int, as_json: bool, as_csv: bool) -> None:
