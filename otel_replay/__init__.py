@@ -35,11 +35,13 @@ _WHERE = {
     "Step": "otel_replay.trajectory",
     "Store": "otel_replay.trajectory",
     "Trajectory": "otel_replay.trajectory",
+    "OtelReplayError": "otel_replay.errors",
 }
 __all__ = [
     "AttributionBatch",
     "AttributionResult",
     "LLMInputs",
+    "OtelReplayError",
     "ReplayLogProcessor",
     "ReplayPlan",
     "ReplayRun",

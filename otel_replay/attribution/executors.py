@@ -24,6 +24,7 @@ from typing import Any
 from otel_replay.attribution import verifiers
 from otel_replay.attribution.plans import Budget, BudgetExhausted, RolloutSpec
 from otel_replay.attribution.rollouts import Executor, RolloutRunner, Row
+from otel_replay.errors import OtelReplayError
 from otel_replay.replay.policies import Registry
 from otel_replay.trajectory import Trajectory
 
@@ -32,7 +33,7 @@ RAY_INSTALL = "pip install 'otel-replay[ray]'"
 MAX_ROLLOUTS_PER_TASK = 8
 
 
-class EngineError(Exception):
+class EngineError(OtelReplayError):
     """The chosen engine cannot run this job: ray is missing, unreachable, or its workers lack a policy."""
 
 

@@ -52,6 +52,7 @@ from otel_replay.attribution.sequential import (
     DEFAULT_MAX_ROLLOUTS,
     Design,
 )
+from otel_replay.errors import OtelReplayError
 from otel_replay.normalize.redact import RedactionConfigError, Redactor
 from otel_replay.replay import ReplayPlan
 from otel_replay.replay.engine import DEFAULT_POLICY_TIMEOUT_S
@@ -64,7 +65,7 @@ FLUSH_ROWS = 200
 FLUSH_INTERVAL_S = 10.0  # rollouts are written at least this often, so a crash loses little work
 
 
-class AttributionError(Exception):
+class AttributionError(OtelReplayError):
     """The job cannot run: a passing run without --credit, an unknown trace, a bad verifier."""
 
 

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from otel_replay.errors import OtelReplayError
 from otel_replay.store.lease import put_lease, read_lease
 from otel_replay.store.location import StoreLocation
 
@@ -40,7 +41,7 @@ HEARTBEAT_S = 20.0  # a remote lease is renewed this often ...
 STALE_AFTER_S = 90.0  # ... and taken over when it was not renewed for this long (its holder died)
 
 
-class JobLocked(Exception):  # noqa: N818 - the state it reports
+class JobLocked(OtelReplayError):  # noqa: N818 - the state it reports
     """Another process is running this job."""
 
 

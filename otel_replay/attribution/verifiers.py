@@ -14,10 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from otel_replay.errors import OtelReplayError
+
 Verifier = Callable[[str, Any], float]
 
 
-class VerifierError(Exception):
+class VerifierError(OtelReplayError):
     """A verifier could not be loaded, or returned something that is not a score."""
 
 

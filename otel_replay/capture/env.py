@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from otel_replay.errors import OtelReplayError
 from otel_replay.normalize.redact import RedactionConfigError, Redactor
 from otel_replay.normalize.step import STEP_KINDS
 from otel_replay.store.location import STORE_ENV, StoreLocation
@@ -45,7 +46,7 @@ _UNITS = {"": 1, "b": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3}
 _BYTES = re.compile(r"(\d+)\s*([a-z]*)", re.IGNORECASE)
 
 
-class CaptureConfigError(ValueError):
+class CaptureConfigError(OtelReplayError, ValueError):
     """An `OTEL_REPLAY_*` variable holds a value capture cannot use (the message is one line)."""
 
     def __init__(self, variable: str, value: str, expected: str) -> None:

@@ -40,6 +40,7 @@ from otel_replay.capture.receiver_decode import (
 from otel_replay.capture.receiver_http import RETRY_AFTER_S, HttpServer
 from otel_replay.capture.receiver_limits import DEFAULT_RATE, RateLimiter, Throttled
 from otel_replay.capture.receiver_workers import ProcessorFactory, ReceiverWorkers
+from otel_replay.errors import OtelReplayError
 from otel_replay.store.location import StoreLocation
 from otel_replay.store.writer import warm_up
 
@@ -55,7 +56,7 @@ GRPC_METHODS = {"/opentelemetry.proto.collector.trace.v1.TraceService/Export": T
 logger = logging.getLogger("otel_replay")
 
 
-class ReceiverError(Exception):
+class ReceiverError(OtelReplayError):
     """The receiver could not start: a port in use or an option out of range."""
 
 

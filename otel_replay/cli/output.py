@@ -19,8 +19,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from otel_replay.errors import OtelReplayError
 from otel_replay.export.private import write_private
-from otel_replay.store import Catalog, StoreError
+from otel_replay.store import Catalog
 
 _HIDDEN = [*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0)]  # C0 but tab and newline, DEL, C1
 _REORDERING = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029]
@@ -111,12 +112,8 @@ def print_rows(table: pa.Table, *, as_json: bool, as_csv: bool, title: str | Non
 
 
 def user_errors() -> tuple[type[Exception], ...]:
-    """Library errors that are the user's to fix (shown as one line, never a traceback)."""
-    from otel_replay.attribution import AttributionError, VerifierError
-    from otel_replay.export.otlp import ExportError
-    from otel_replay.replay.policies import PolicyError
-
-    return StoreError, AttributionError, VerifierError, PolicyError, ExportError
+    """Library errors that are the user's to fix (shown as one line, never a traceback): all of them."""
+    return (OtelReplayError,)
 
 
 def _reason(exc: OSError) -> str:

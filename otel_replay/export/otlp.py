@@ -14,10 +14,12 @@ from urllib.parse import urlparse
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from otel_replay.errors import OtelReplayError
+
 PROTOCOLS = ("grpc", "http/protobuf")
 
 
-class ExportError(Exception):
+class ExportError(OtelReplayError):
     """The spans could not be delivered; the results stay in the store for a later export."""
 
 

@@ -14,13 +14,14 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from otel_replay.errors import OtelReplayError
 from otel_replay.normalize.detectors import BUILTINS
 from otel_replay.normalize.step import STEP_KINDS
 
 PLACEHOLDER = "[REDACTED:{name}]"
 
 
-class RedactionConfigError(ValueError):
+class RedactionConfigError(OtelReplayError, ValueError):
     """A redaction rule, or a rules file, is invalid."""
 
 

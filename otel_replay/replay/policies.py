@@ -21,12 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, overload
 
+from otel_replay.errors import OtelReplayError
+
 KINDS = ("llm", "tool", "retrieval", "embedding")
 ENTRY_POINT_GROUP = "otel_replay.policies"
 Policy = Callable[..., Any]
 
 
-class PolicyError(Exception):
+class PolicyError(OtelReplayError):
     """A policy could not be loaded, or broke its contract."""
 
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import IO
 
+from otel_replay.errors import OtelReplayError
 from otel_replay.store.location import StoreLike, StoreLocation
 
 BATCH_DIR = "_batches"
@@ -34,7 +35,7 @@ TORN_AFTER_S = 3600.0  # a batch whose segments are not all there after this lon
 LINGER_S = 2.0  # a reader lists a store in milliseconds (object storage: well under a second); one slower lists again
 
 
-class ManifestError(ValueError):
+class ManifestError(OtelReplayError, ValueError):
     """A manifest (of a batch or of a compaction) cannot be read (it names the file)."""
 
 

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import duckdb
 import pyarrow as pa
 
+from otel_replay.errors import OtelReplayError
 from otel_replay.store import queries
 from otel_replay.store.doctor import looks_damaged, note_damage, usable
 from otel_replay.store.layout import STORE_ENV
@@ -34,7 +35,7 @@ def _configure(con: duckdb.DuckDBPyConnection) -> None:
         con.execute("set parquet_metadata_cache = true")
 
 
-class StoreError(Exception):
+class StoreError(OtelReplayError):
     """A store operation failed in a way the user can act on."""
 
 

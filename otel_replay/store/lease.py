@@ -14,6 +14,7 @@ import socket
 import time
 from typing import Any
 
+from otel_replay.errors import OtelReplayError
 from otel_replay.store.location import FILE_MODE, OBJECT_STORES, StoreLocation, make_dirs
 from otel_replay.store.snapshot import MANIFEST_DIR
 
@@ -26,7 +27,7 @@ LEASE = f"{MANIFEST_DIR}/compactor.lease"
 STALE_AFTER_S = 6 * 3600.0
 
 
-class CompactionRunning(Exception):  # noqa: N818 - the state it reports
+class CompactionRunning(OtelReplayError):  # noqa: N818 - the state it reports
     """Another compaction of this store is running."""
 
 

@@ -14,6 +14,8 @@ from importlib import resources
 
 import pyarrow as pa
 
+from otel_replay.errors import OtelReplayError
+
 TABLES = ("span_rows", "step_rows", "message_rows", "capture_stats", "job_rows", "rollout_rows", "result_rows", "report_rows")
 
 _TYPES: dict[str, pa.DataType] = {
@@ -27,7 +29,7 @@ _TABLE = re.compile(r"CREATE TABLE (\w+) \((.*?)\n\);", re.DOTALL)
 _COLUMN = re.compile(r"(\w+)\s+([A-Z]+)(\[\])?(\s+NOT NULL)?")
 
 
-class SchemaError(ValueError):
+class SchemaError(OtelReplayError, ValueError):
     """The DDL declares something this reader does not map (a new type, a constraint)."""
 
 

@@ -35,6 +35,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from otel_replay.errors import OtelReplayError
+
 # Python errors that malformed input provokes in a converter; they become a `BadRecord`.
 INPUT_ERRORS: tuple[type[Exception], ...] = (ValueError, TypeError, KeyError, IndexError, AttributeError,
                                              OverflowError, RecursionError, UnicodeError)
@@ -43,7 +45,7 @@ MAX_SHOWN = 60  # characters of an offending value quoted in a message
 T = TypeVar("T")
 
 
-class SourceError(ValueError):
+class SourceError(OtelReplayError, ValueError):
     """Input an importer or decoder cannot read: `file`, `line` or `record`, and `field` say where."""
 
     def __init__(self, reason: str, *, field: str | None = None, file: str | None = None,
