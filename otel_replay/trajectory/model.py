@@ -45,6 +45,9 @@ class Step:
     observation_only: bool = False
     convention: str = ""
     redacted: tuple[str, ...] = ()  # "<part>:<rule>" for each redaction before storage (input:email, ...)
+    # every span of the step, `span_id` first: spans that traced one model call twice (an
+    # instrumentation's and the SDK's own) are one step, and blame may land on either span
+    span_ids: tuple[str, ...] = ()
 
     @property
     def duration_ms(self) -> float | None:

@@ -64,6 +64,7 @@ def _step(row: Mapping[str, Any], bodies: Mapping[str, Any], agent: Mapping[str,
         observation_only=bool(row["observation_only"]),
         convention=row["convention"],
         redacted=tuple(row.get("redacted") or ()),
+        span_ids=tuple(row.get("span_ids") or (row["span_id"],)),
     )
 
 

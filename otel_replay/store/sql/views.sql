@@ -13,37 +13,176 @@ SELECT * EXCLUDE (rn) FROM (
 ) WHERE rn = 1;
 
 -- name: steps
--- One row per step. Two spans for one model call (an SDK's own span under an instrumentation's
--- span) collapse to one step: the one with payloads, else the outer one. step_index numbers the
--- intervention targets (every kind but agent) by start time, from 0.
+-- One row per step. The spans of one model call (an instrumentation's span and the SDK's own span,
+-- nested or siblings; a framework's LLM span over either) collapse to one step. The rule (README,
+-- "Conventions understood"): two llm (or embedding) steps of a trace are one call when their
+-- times overlap, they come from different producers (instrumentation scope and convention), have
+-- the same operation and a compatible provider, share a model (request or response; a step with no
+-- model at all only with its direct parent or child, or with the same request), and at most one
+-- carries payloads or both carry the same input messages. A step pairs with at most one step of
+-- each other producer, the closest in time, in rounds of mutual best matches, so two calls of one
+-- producer never share a step. The kept row is the first by pref (payloads, more payload parts,
+-- outermost); its empty values are filled from its partners in that order; status is the worst,
+-- the time the union; `span_ids` lists the spans, the kept one first.
+-- step_index numbers the intervention targets (every kind but agent) by start time, from 0.
 CREATE OR REPLACE TEMP VIEW steps AS
-WITH latest AS (
+WITH latest AS MATERIALIZED (
     SELECT * EXCLUDE (rn) FROM (
         SELECT *, row_number() OVER (PARTITION BY trace_id, span_id ORDER BY ingested_ns DESC) AS rn
         FROM step_rows
     ) WHERE rn = 1
 ),
-grouped AS (
-    SELECT s.*,
-           CASE WHEN s.kind = 'llm' AND p.kind = 'llm' THEN p.span_id ELSE s.span_id END AS call_span_id
-    FROM latest s
-    LEFT JOIN latest p ON p.trace_id = s.trace_id AND p.span_id = s.parent_span_id
+-- Model calls of the traces (and kinds) in which two model calls overlap: the only ones that can
+-- be duplicates (a sequential agent has none, and what follows sees no row). Some two calls
+-- overlap exactly when some call overlaps the next one to start, so one narrow window finds them.
+-- pref: the order in which a call's spans give their values; nth: the position among its
+-- convention's calls, to pair calls of identical timing in order.
+parallel AS NOT MATERIALIZED (
+    SELECT DISTINCT trace_id, kind FROM (
+        SELECT trace_id, kind,
+               end_ns >= lead(start_ns) OVER (PARTITION BY trace_id, kind ORDER BY start_ns, span_id) AS overlaps_next
+        FROM latest
+        WHERE kind IN ('llm', 'embedding') AND start_ns IS NOT NULL AND end_ns IS NOT NULL
+    ) WHERE overlaps_next
+),
+overlapping AS NOT MATERIALIZED (
+    SELECT *,
+           row_number() OVER (PARTITION BY trace_id ORDER BY has_payload DESC,
+               coalesce(len(input_hashes), 0) + coalesce(len(output_hashes), 0)
+               + (system_hash IS NOT NULL)::INT + (tools_hash IS NOT NULL)::INT DESC,
+               start_ns, end_ns DESC, span_id) AS pref,
+           row_number() OVER (PARTITION BY trace_id, kind, convention ORDER BY start_ns, end_ns, span_id) AS nth
+    FROM latest JOIN parallel USING (trace_id, kind)
+    WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL
+),
+-- The producer of a call: the instrumentation scope of its span and the adapter that read it.
+calls AS NOT MATERIALIZED (
+    SELECT * EXCLUDE (rn) FROM (
+        SELECT o.*, coalesce(s.scope_name, '') || ' ' || o.convention AS producer,
+               row_number() OVER (PARTITION BY o.trace_id, o.span_id ORDER BY s.ingested_ns DESC NULLS LAST) AS rn
+        FROM overlapping o JOIN span_rows s ON s.trace_id = o.trace_id AND s.span_id = o.span_id
+    ) WHERE rn = 1
+),
+pairs AS (
+    SELECT a.trace_id, a.span_id AS a_id, b.span_id AS b_id, a.producer AS a_producer, b.producer AS b_producer,
+           a.pref AS a_pref, b.pref AS b_pref,
+           abs(a.start_ns - b.start_ns) + abs(a.end_ns - b.end_ns) AS gap,
+           abs(a.nth - b.nth) AS nth_gap,
+           b.start_ns, b.end_ns, b.status, b.error_type, b.error_message, b.provider, b.request_model,
+           b.response_model, b.input_tokens, b.output_tokens, b.agent_name, b.conversation_id, b.system_hash,
+           b.tools_hash, b.output_hashes, b.request_params, b.finish_reasons, b.has_payload, b.redacted
+    FROM calls a JOIN calls b
+      ON a.trace_id = b.trace_id AND a.kind = b.kind AND a.producer <> b.producer
+     AND a.start_ns <= b.end_ns AND b.start_ns <= a.end_ns
+    WHERE a.operation IS NOT DISTINCT FROM b.operation
+      AND coalesce(lower(a.provider) = lower(b.provider), true)
+      AND (NOT (a.has_payload AND b.has_payload) OR a.input_hashes IS NOT DISTINCT FROM b.input_hashes)
+      AND coalesce(CASE
+          WHEN (a.request_model IS NULL AND a.response_model IS NULL)
+            OR (b.request_model IS NULL AND b.response_model IS NULL)
+          THEN a.parent_span_id = b.span_id OR b.parent_span_id = a.span_id
+            OR (a.has_payload AND b.has_payload AND len(a.input_hashes) > 0)
+          ELSE a.request_model IN (b.request_model, b.response_model)
+            OR a.response_model IN (b.request_model, b.response_model)
+      END, false)
+),
+-- Rounds of mutual best matches over the pairs (listed both ways): a free pair is matched when
+-- each is the other's closest free candidate of the other's producer ("done": already matched
+-- to that producer in an earlier round). Three rounds settle calls of near-identical timing.
+round1 AS (
+    SELECT *, coalesce(row_number() OVER (PARTITION BY trace_id, a_id, b_producer ORDER BY gap, nth_gap, b_id) = 1
+                       AND row_number() OVER (PARTITION BY trace_id, b_id, a_producer ORDER BY gap, nth_gap, a_id) = 1,
+                       false) AS m1
+    FROM pairs
+),
+round2 AS (
+    SELECT *, NOT done AND row_number() OVER (PARTITION BY trace_id, a_id, b_producer ORDER BY done, gap, nth_gap, b_id) = 1
+              AND row_number() OVER (PARTITION BY trace_id, b_id, a_producer ORDER BY done, gap, nth_gap, a_id) = 1 AS m2
+    FROM (
+        SELECT *, bool_or(m1) OVER (PARTITION BY trace_id, a_id, b_producer)
+                  OR bool_or(m1) OVER (PARTITION BY trace_id, b_id, a_producer) AS done
+        FROM round1
+    )
+),
+round3 AS (
+    SELECT * EXCLUDE (done), NOT done AND row_number() OVER (PARTITION BY trace_id, a_id, b_producer ORDER BY done, gap, nth_gap, b_id) = 1
+              AND row_number() OVER (PARTITION BY trace_id, b_id, a_producer ORDER BY done, gap, nth_gap, a_id) = 1 AS m3
+    FROM (
+        SELECT * EXCLUDE (done), bool_or(m1 OR m2) OVER (PARTITION BY trace_id, a_id, b_producer)
+                  OR bool_or(m1 OR m2) OVER (PARTITION BY trace_id, b_id, a_producer) AS done
+        FROM round2
+    )
+),
+-- Per matched step, its partners' values in pref order. A step is kept when it comes before all
+-- of its partners; the others are folded into a partner that comes before them.
+partners AS (
+    SELECT trace_id, a_id AS span_id,
+           min(b_pref) > any_value(a_pref) AS kept,
+           list(b_id ORDER BY b_pref) AS span_ids,
+           min(start_ns) AS start_ns,
+           max(end_ns) AS end_ns,
+           CASE WHEN bool_or(status = 'error') THEN 'error' WHEN bool_or(status = 'ok') THEN 'ok' END AS status,
+           first(error_type ORDER BY b_pref) FILTER (WHERE error_type IS NOT NULL) AS error_type,
+           first(error_message ORDER BY b_pref) FILTER (WHERE error_message IS NOT NULL) AS error_message,
+           first(provider ORDER BY b_pref) FILTER (WHERE provider IS NOT NULL) AS provider,
+           first(request_model ORDER BY b_pref) FILTER (WHERE request_model IS NOT NULL) AS request_model,
+           first(response_model ORDER BY b_pref) FILTER (WHERE response_model IS NOT NULL) AS response_model,
+           first(input_tokens ORDER BY b_pref) FILTER (WHERE input_tokens IS NOT NULL) AS input_tokens,
+           first(output_tokens ORDER BY b_pref) FILTER (WHERE output_tokens IS NOT NULL) AS output_tokens,
+           first(agent_name ORDER BY b_pref) FILTER (WHERE agent_name IS NOT NULL) AS agent_name,
+           first(conversation_id ORDER BY b_pref) FILTER (WHERE conversation_id IS NOT NULL) AS conversation_id,
+           first(system_hash ORDER BY b_pref) FILTER (WHERE system_hash IS NOT NULL) AS system_hash,
+           first(tools_hash ORDER BY b_pref) FILTER (WHERE tools_hash IS NOT NULL) AS tools_hash,
+           first(output_hashes ORDER BY b_pref) FILTER (WHERE len(output_hashes) > 0) AS output_hashes,
+           first(request_params ORDER BY b_pref) FILTER (WHERE request_params IS NOT NULL) AS request_params,
+           first(finish_reasons ORDER BY b_pref) FILTER (WHERE len(finish_reasons) > 0) AS finish_reasons,
+           bool_or(has_payload) AS has_payload,
+           flatten(list(redacted) FILTER (WHERE redacted IS NOT NULL)) AS redacted
+    FROM round3
+    WHERE m1 OR m2 OR m3
+    GROUP BY trace_id, a_id
 ),
 collapsed AS (
-    SELECT * EXCLUDE (rn) FROM (
-        SELECT *, row_number() OVER (
-            PARTITION BY trace_id, call_span_id
-            ORDER BY has_payload DESC, (span_id = call_span_id) DESC
-        ) AS rn
-        FROM grouped
-    ) WHERE rn = 1
+    SELECT l.* REPLACE (
+               CASE WHEN l.name = l.operation AND l.request_model IS NULL AND l.response_model IS NULL
+                         AND coalesce(p.request_model, p.response_model) IS NOT NULL
+                    THEN l.operation || ' ' || coalesce(p.request_model, p.response_model)
+                    ELSE l.name END AS name,
+               least(l.start_ns, p.start_ns) AS start_ns,
+               greatest(l.end_ns, p.end_ns) AS end_ns,
+               CASE WHEN p.status = 'error' OR p.status = 'ok' AND l.status <> 'error' THEN p.status
+                    ELSE l.status END AS status,
+               coalesce(l.error_type, p.error_type) AS error_type,
+               coalesce(l.error_message, p.error_message) AS error_message,
+               coalesce(l.provider, p.provider) AS provider,
+               coalesce(l.request_model, p.request_model) AS request_model,
+               coalesce(l.response_model, p.response_model) AS response_model,
+               coalesce(l.input_tokens, p.input_tokens) AS input_tokens,
+               coalesce(l.output_tokens, p.output_tokens) AS output_tokens,
+               coalesce(l.agent_name, p.agent_name) AS agent_name,
+               coalesce(l.conversation_id, p.conversation_id) AS conversation_id,
+               coalesce(l.system_hash, p.system_hash) AS system_hash,
+               coalesce(l.tools_hash, p.tools_hash) AS tools_hash,
+               CASE WHEN len(l.output_hashes) > 0 OR p.output_hashes IS NULL THEN l.output_hashes
+                    ELSE p.output_hashes END AS output_hashes,
+               coalesce(l.request_params, p.request_params) AS request_params,
+               CASE WHEN len(l.finish_reasons) > 0 OR p.finish_reasons IS NULL THEN l.finish_reasons
+                    ELSE p.finish_reasons END AS finish_reasons,
+               l.has_payload OR coalesce(p.has_payload, false) AS has_payload,
+               CASE WHEN p.redacted IS NULL THEN l.redacted
+                    ELSE list_sort(list_distinct(coalesce(l.redacted, []) || p.redacted)) END AS redacted
+           ),
+           CASE WHEN p.span_id IS NULL THEN [l.span_id] ELSE [l.span_id] || p.span_ids END AS span_ids
+    FROM latest l LEFT JOIN partners p USING (trace_id, span_id)
+    WHERE p.span_id IS NULL OR p.kept
 )
-SELECT * EXCLUDE (call_span_id),
+SELECT * EXCLUDE (span_ids),
        (NOT has_payload AND kind <> 'agent') AS observation_only,
        CASE WHEN kind <> 'agent' THEN
            row_number() OVER (PARTITION BY trace_id, kind = 'agent' ORDER BY start_ns, span_id) - 1
        END AS step_index,
-       (end_ns - start_ns) / 1e6 AS duration_ms
+       (end_ns - start_ns) / 1e6 AS duration_ms,
+       span_ids
 FROM collapsed;
 
 -- name: messages
