@@ -271,6 +271,23 @@ def test_fragment_diff_and_link_without_a_browser(demo):
             report, trace_url=unsafe)
 
 
+def test_report_command_links_the_trace(demo, tmp_path, monkeypatch):
+    """`report --trace-url` (or $OTEL_REPLAY_TRACE_URL) re-renders with the link; a URL that is not
+    http(s) or has no {trace_id} is a usage error naming the option."""
+    store, _, report = demo
+    args = ["--store", str(store.root), "report", "--job", report["job_id"], "--trace-id", report["trace_id"],
+            "--html", str(tmp_path / "r.html")]
+    out = CliRunner().invoke(cli, [*args, "--trace-url", "https://grafana.example/trace/{trace_id}?x=1&y=2"])
+    assert out.exit_code == 0, out.output
+    assert f'href="https://grafana.example/trace/{report["trace_id"]}?x=1&amp;y=2"' in (tmp_path / "r.html").read_text()
+    monkeypatch.setenv("OTEL_REPLAY_TRACE_URL", "http://jaeger:16686/trace/{trace_id}")
+    assert CliRunner().invoke(cli, args).exit_code == 0
+    assert f'href="http://jaeger:16686/trace/{report["trace_id"]}"' in (tmp_path / "r.html").read_text()
+    for bad in ("javascript:alert(1)//{trace_id}", "http://jaeger/trace/"):
+        out = CliRunner().invoke(cli, [*args, "--trace-url", bad])
+        assert out.exit_code == 2 and "--trace-url" in out.output and "{trace_id}" in out.output, out.output
+
+
 @needs_chromium
 def test_demo_report_reads_in_the_browser(demo, browser, tmp_path):
     """The page `otel-replay demo` wrote: no console error, the culprit on the first screen with its

@@ -128,14 +128,28 @@ def _interval_header(report: dict[str, Any]) -> str:
     return f"{100 * (1 - report.get('alpha', 0.05)):.0f}% interval"
 
 
-def write_outputs(store: Store, reports: list[dict[str, Any]], json_path: Path | None, html_path: Path | None) -> None:
+def write_outputs(store: Store, reports: list[dict[str, Any]], json_path: Path | None, html_path: Path | None,
+                  trace_url: str | None = None) -> None:
     """The reports as files, 0600 like the store: they quote its prompts and outputs."""
     if json_path:
         write_file(json_path, report_json(reports[0] if len(reports) == 1 else {"reports": reports}))
         click.echo(f"wrote {json_path}")
     if html_path:
-        write_file(html_path, render_html(reports[0], store.trajectory(reports[0]["trace_id"])))
+        write_file(html_path, render_html(reports[0], store.trajectory(reports[0]["trace_id"]), trace_url=trace_url))
         click.echo(f"wrote {html_path}")
+
+
+def _trace_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value and (not value.startswith(("http://", "https://")) or "{trace_id}" not in value):
+        raise click.BadParameter(f"{value!r}: give an http(s) URL with {{trace_id}} where the trace id goes, e.g. "
+                                 "'http://localhost:16686/trace/{trace_id}'")
+    return value or None
+
+
+trace_url_option = click.option(
+    "--trace-url", envvar="OTEL_REPLAY_TRACE_URL", metavar="URL", callback=_trace_url,
+    help="Link the HTML report to the trace in Jaeger or Tempo: a URL with {trace_id} in it "
+         "(default: $OTEL_REPLAY_TRACE_URL).")
 
 
 @click.command(cls=StoreCommand)
@@ -195,10 +209,12 @@ def write_outputs(store: Store, reports: list[dict[str, Any]], json_path: Path |
 @click.option("--otlp-header", "otlp_headers", multiple=True, metavar="K=V",
               help="With --export otlp: an extra header (repeatable).")
 @click.option("--service-name", default="otel-replay", show_default=True, help="service.name of the blame spans.")
+@trace_url_option
 @click.pass_obj
 def attribute(store: Store, trace_ids: tuple[str, ...], where: str | None, resume: str | None, policies_spec: str | None,
               verifier: str | None, expect_contains: str | None, expect_regex: str | None,
-              expect_json_schema: Path | None, json_path: Path | None, html_path: Path | None, export_to: str | None,
+              expect_json_schema: Path | None, json_path: Path | None, html_path: Path | None, trace_url: str | None,
+              export_to: str | None,
               otlp_endpoint: str | None, otlp_protocol: str | None, otlp_headers: tuple[str, ...],
               service_name: str, engine: str, address: str | None, worker_cpus: float, **options: Any) -> None:
     """Find the step that made a run fail: counterfactual rollouts, intervals, a repair.
@@ -232,7 +248,7 @@ def attribute(store: Store, trace_ids: tuple[str, ...], where: str | None, resum
     reports = [r.report() for r in results]
     for report in reports:
         print_result(store, report)
-    write_outputs(store, reports, json_path, html_path)
+    write_outputs(store, reports, json_path, html_path, trace_url)
     if export_to:
         from otel_replay.export.job import export_reports
 
@@ -284,8 +300,10 @@ def aggregate(store: Store, job_id: str | None, where: str | None, as_json: bool
 @click.option("--trace-id", required=True, help="A trace of that job.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the HTML report.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the JSON report.")
+@trace_url_option
 @click.pass_obj
-def report(store: Store, job_id: str, trace_id: str, html_path: Path | None, json_path: Path | None) -> None:
+def report(store: Store, job_id: str, trace_id: str, html_path: Path | None, json_path: Path | None,
+           trace_url: str | None) -> None:
     """Re-render a stored attribution report (terminal, JSON, HTML) without re-running anything.
 
     Example: otel-replay report --job j1a2b3c4d5e6 --trace-id 4bf92f --html report.html
@@ -300,7 +318,7 @@ def report(store: Store, job_id: str, trace_id: str, html_path: Path | None, jso
         raise click.ClickException(f"job {job_id!r} has no report for trace {trace} (see `otel-replay jobs`)")
     document = json.loads(rows[0][0])
     print_result(store, document)
-    write_outputs(store, [document], json_path, html_path)
+    write_outputs(store, [document], json_path, html_path, trace_url)
 
 
 COMMANDS = [attribute, jobs, aggregate, report]

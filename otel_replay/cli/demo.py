@@ -7,28 +7,14 @@ from pathlib import Path
 import click
 
 from otel_replay.attribution import Job, JobParams
-from otel_replay.cli.attribute import print_result, run_job
-from otel_replay.cli.output import StoreCommand, ensure_writable, write_file
-from otel_replay.export.html import render_html
+from otel_replay.cli.attribute import print_result, run_job, trace_url_option, write_outputs
+from otel_replay.cli.output import StoreCommand, ensure_writable
 from otel_replay.replay.policies import Registry
 from otel_replay.testing import SimulatedModelServer
 from otel_replay.testing.support_agent import record_support_run, register_policies, support_model
 from otel_replay.trajectory import Store
 
 VERIFIER = "otel_replay.testing.support_agent:refunded"
-
-
-def _trace_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value and (not value.startswith(("http://", "https://")) or "{trace_id}" not in value):
-        raise click.BadParameter(f"{value!r}: give an http(s) URL with {{trace_id}} where the trace id goes, e.g. "
-                                 "'http://localhost:16686/trace/{trace_id}'")
-    return value or None
-
-
-trace_url_option = click.option(
-    "--trace-url", envvar="OTEL_REPLAY_TRACE_URL", metavar="URL", callback=_trace_url,
-    help="Link the HTML report to the trace in Jaeger or Tempo: a URL with {trace_id} in it "
-         "(default: $OTEL_REPLAY_TRACE_URL).")
 
 
 @click.command(cls=StoreCommand)
@@ -63,8 +49,7 @@ def demo(store: Store, html_path: Path, rollouts: int | None, trace_url: str | N
     click.echo("3/3 result")
     report = result.report()
     print_result(store, report)
-    write_file(html_path, render_html(report, store.trajectory(trace_id), trace_url=trace_url))
-    click.echo(f"wrote {html_path}")
+    write_outputs(store, [report], None, html_path, trace_url)
     click.echo(f"next: otel-replay --store {store.root} show {trace_id}   ·   open {html_path}")
 
 
