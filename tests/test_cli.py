@@ -112,11 +112,15 @@ def _commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Com
     return out
 
 
+def _documentation() -> str:
+    """The README and the pages of the documentation site (docs/)."""
+    return "\n".join(path.read_text() for path in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))])
+
+
 @pytest.mark.parametrize(("name", "command"), _commands(cli))
-def test_every_command_has_help_and_is_in_the_readme(name, command):
+def test_every_command_has_help_and_is_in_the_docs(name, command):
     assert command.help and command.help.strip()
-    readme = (REPO / "README.md").read_text()
-    assert f"otel-replay {name}" in readme, f"README does not document `otel-replay {name}`"
+    assert f"otel-replay {name}" in _documentation(), f"no page of docs/ documents `otel-replay {name}`"
 
 
 def test_parse_since_relative():

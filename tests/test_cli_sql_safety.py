@@ -2,8 +2,8 @@
 
 The user's SQL runs as one SELECT on a DuckDB connection that may read the store's segments only
 (`Catalog.sql`): hostile statements each fail with one line and write nothing, a `--where` that
-closes its parenthesis is refused before anything runs, and the README's queries still work, on a
-local store and on S3 (moto).
+closes its parenthesis is refused before anything runs, and the documented queries (README and
+docs/) still work, on a local store and on S3 (moto).
 """
 
 from __future__ import annotations
@@ -108,15 +108,16 @@ def test_where_predicates_that_are_one_expression_still_select(store):
     assert bad.exit_code == 1 and 'Candidate bindings: "status"' in bad.output  # DuckDB's own hint, as before
 
 
-def _readme_queries() -> list[str]:
-    readme = (REPO / "README.md").read_text()
-    found = [m.replace('\\"', '"') for m in re.findall(r'otel-replay sql "((?:[^"\\]|\\.)*)"', readme)]
-    found += re.findall(r'store\.sql\("([^"]*)"\)', readme)
-    return [" ".join(q.split()) for q in found if q != "select ..."]
+def _documented_queries() -> list[str]:
+    """The example queries of the README and of the documentation site (docs/)."""
+    docs = "\n".join(path.read_text() for path in [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))])
+    found = [m.replace('\\"', '"') for m in re.findall(r'otel-replay sql "((?:[^"\\]|\\.)*)"', docs)]
+    found += re.findall(r'store\.sql\("([^"]*)"\)', docs)
+    return list(dict.fromkeys(" ".join(q.split()) for q in found if q != "select ..."))
 
 
-@pytest.mark.parametrize("query", _readme_queries())
-def test_the_readme_queries_still_run(store, query):
+@pytest.mark.parametrize("query", _documented_queries())
+def test_the_documented_queries_still_run(store, query):
     result = CliRunner().invoke(cli, ["--store", str(store), "sql", query, "--json"])
     assert result.exit_code == 0, result.output
     assert all(isinstance(json.loads(line), dict) for line in result.output.splitlines())
