@@ -2,7 +2,7 @@
 
     python examples/import_langsmith.py [--store DIR] [--runs FILE] [--rollouts N]
 
-The trace (`../shared/fixtures/langsmith/trace_wrong_answer.runs.json`, a LangGraph ReAct agent
+The trace (`tests/fixtures/langsmith/trace_wrong_answer.runs.json`, a LangGraph ReAct agent
 exported with the LangSmith SDK) answers "What's the dollar discount on a $2,340 jacket that is
 17% off?". The calculator first rejects "2,340 * 17%", the model retries with "2340 * 0.17", the
 tool returns 397.8, and the final answer says "$39.78": wrong, though every run is `success`.
@@ -40,7 +40,7 @@ from otel_replay.normalize.sources.files import read
 from otel_replay.replay.policies import Registry
 from otel_replay.store.ingest import ingest
 
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "langsmith" / "trace_wrong_answer.runs.json"
+FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "langsmith" / "trace_wrong_answer.runs.json"
 SLIP_RATE = 0.1  # how often the stand-in model misplaces the decimal point in its final answer
 RATES = {("EUR", "USD"): 1.0842, ("USD", "EUR"): 0.9223, ("GBP", "USD"): 1.2731, ("USD", "GBP"): 0.7855}
 ALLOWED = re.compile(r"^[\d\s.+\-*/()]+$")
@@ -168,8 +168,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if not args.runs.is_file():
-        sys.exit(f"Error: the LangSmith export {args.runs} is missing; the shared fixtures live in "
-                 f"../shared/fixtures beside the repository (or pass --runs FILE)")
+        sys.exit(f"Error: the LangSmith export {args.runs} is missing; the recorded one lives in "
+                 f"tests/fixtures/langsmith/ of a source checkout (or pass --runs FILE)")
     store_dir: Path = args.store or Path(tempfile.mkdtemp(prefix="otel-replay-langsmith-"))
     trace_id = import_runs(store_dir, args.runs)
     store = Store(store_dir)

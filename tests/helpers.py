@@ -14,8 +14,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-FIXTURES = SHARED / "fixtures"
+FIXTURES = REPO / "tests" / "fixtures"  # recorded data the tests read (see its README.md)
 
 
 def provider_with(processor, service: str = "test-service") -> TracerProvider:

@@ -19,7 +19,6 @@ from otel_replay.bench.whowhen import (
 )
 
 DATASET = default_dataset()
-pytestmark = pytest.mark.skipif(not DATASET.is_dir(), reason=f"Who&When dataset not at {DATASET}")
 
 
 @pytest.fixture(scope="module")

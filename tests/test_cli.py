@@ -19,8 +19,6 @@ FIXTURE = FIXTURES / "otel" / "openai-v2_span_and_event.json"
 
 @pytest.fixture()
 def store(tmp_path):
-    if not FIXTURE.exists():
-        pytest.skip(f"shared fixtures not found at {FIXTURE}")
     spans, logs = read_flat(json.loads(FIXTURE.read_text()))
     ingest(tmp_path, spans, logs, source="test")
     return tmp_path

@@ -24,8 +24,6 @@ SOURCE = FIXTURES / "otel" / "genai-openai_span_and_event.otlp.json"
 
 @pytest.fixture()
 def store(tmp_path):
-    if not SOURCE.exists():
-        pytest.skip(f"shared fixtures not found at {SOURCE}")
     root = tmp_path / "store"
     done = CliRunner().invoke(cli, ["--store", str(root), "import", "otlp", str(SOURCE)])
     assert done.exit_code == 0, done.output
@@ -142,8 +140,6 @@ def test_ordinary_queries_read_every_view_and_segment(store):
 def test_a_store_on_s3_reads_its_views_and_nothing_else(tmp_path):
     s3fs = pytest.importorskip("s3fs", reason="the s3 extra: pip install 'otel-replay[s3,s3-test]'")
     pytest.importorskip("moto.server", reason="the s3-test extra: pip install 'otel-replay[s3-test]'")
-    if not SOURCE.exists():
-        pytest.skip(f"shared fixtures not found at {SOURCE}")
     with local_s3(tmp_path):
         bucket = f"b-{uuid.uuid4().hex[:12]}"
         fs = s3fs.S3FileSystem()

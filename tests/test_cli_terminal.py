@@ -62,8 +62,6 @@ def _hostile(document: dict) -> dict:
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory):
     """A store imported from the hostile file, and the id of its tool-loop trace."""
-    if not SOURCE.exists():
-        pytest.skip(f"shared fixtures not found at {SOURCE}")
     tmp = tmp_path_factory.mktemp("hostile")
     source = tmp / "hostile.otlp.json"
     source.write_text(json.dumps(_hostile(json.loads(SOURCE.read_text()))))

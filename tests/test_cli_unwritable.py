@@ -47,8 +47,6 @@ def _tree(root: Path) -> dict[str, bytes | None]:
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory):
     """A store with the fixture's traces and a finished attribution job; the tool loop's trace id."""
-    if not SOURCE.exists():
-        pytest.skip(f"shared fixtures not found at {SOURCE}")
     base = tmp_path_factory.mktemp("unwritable")
     (base / "unwritable_policies.py").write_text(POLICIES)
     store = base / "store"
@@ -119,8 +117,6 @@ def test_a_read_only_store_is_one_line_and_left_unchanged(seeded, tmp_path, args
     ["demo", "--rollouts", "2", "--html", "REPORT"],
 ], ids=["import", "import-dir", "demo"])
 def test_a_store_path_under_a_regular_file_is_one_line(tmp_path, args):
-    if not SOURCE.exists():
-        pytest.skip(f"shared fixtures not found at {SOURCE}")
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("a file where the store's parent should be")
     store = blocker / "store"

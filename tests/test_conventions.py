@@ -1,6 +1,6 @@
-"""Every shared OTel fixture convention normalizes to the same canonical steps.
+"""Every recorded OTel fixture convention normalizes to the same canonical steps.
 
-The fixtures in `shared/fixtures/otel/` record one agent scenario (see its README) with many
+The fixtures in `tests/fixtures/otel/` record one agent scenario (see its README) with many
 instrumentation packages. Each is read both from its flat dump (`NAME.json`) and from its OTLP/JSON
 export (`NAME.otlp.json` + `NAME.logs.otlp.json`); both must give identical steps, and the steps
 must hold the exact canonical messages, whatever produced them.
@@ -28,17 +28,11 @@ from otel_replay.normalize.sources.otlp_json import logs_from_request, spans_fro
 from otel_replay.normalize.step import NormalizedStep
 from otel_replay.store.ingest import ingest
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-OTEL = SHARED / "otel"
-LANGFUSE_OTLP = SHARED / "langfuse" / "otlp" / "trace_wrong_answer.otlp.json"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+OTEL = FIXTURES / "otel"
+LANGFUSE_OTLP = FIXTURES / "langfuse" / "otlp" / "trace_wrong_answer.otlp.json"
 
-if not OTEL.is_dir():
-    pytest.skip(
-        f"shared fixtures not found at {OTEL} (expected a copy of shared/ beside the repository)",
-        allow_module_level=True,
-    )
-
-# --- the scenario (shared/fixtures/otel/README.md) ----------------------------------------------
+# --- the scenario (tests/fixtures/otel/README.md) ----------------------------------------------
 
 SYSTEM = "You are a helpful weather assistant. Use tools when needed."
 QUESTION = "What's the weather in Paris?"
@@ -597,9 +591,6 @@ def langfuse() -> tuple[list[SpanRecord], list[NormalizedStep]]:
     return spans, [s for s in steps if s.kind != "agent"]
 
 
-@pytest.mark.skipif(
-    not LANGFUSE_OTLP.is_file(), reason=f"Langfuse fixture missing: {LANGFUSE_OTLP}"
-)
 def test_langfuse_generations_and_tools() -> None:
     spans, steps = langfuse()
     assert [s.kind for s in steps] == ["llm", "tool", "llm", "tool", "llm"]
@@ -662,9 +653,6 @@ def test_langfuse_generations_and_tools() -> None:
     assert "$39.78" in answer[0]["parts"][0]["content"]
 
 
-@pytest.mark.skipif(
-    not LANGFUSE_OTLP.is_file(), reason=f"Langfuse fixture missing: {LANGFUSE_OTLP}"
-)
 def test_langfuse_trajectory_final_output(tmp_path: Path) -> None:
     spans, steps = langfuse()
     ingest(tmp_path, spans, source="langfuse")

@@ -8,9 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from tests.helpers import FIXTURES, REPO
+from tests.helpers import REPO
 
 ENV = {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}  # rich tables unwrapped in a pipe
 
@@ -44,7 +42,6 @@ def test_service_batch_names_the_lookup_decision_as_the_systematic_culprit(tmp_p
     assert all(int(r[3]) == 0 for r in rows[1:]), table
 
 
-@pytest.mark.skipif(not (FIXTURES / "langsmith").exists(), reason=f"shared fixtures not found at {FIXTURES}")
 def test_import_langsmith_blames_the_final_answer(tmp_path: Path) -> None:
     out = run_example("examples/import_langsmith.py", "--store", str(tmp_path / "store"), timeout=60)
     assert "final answer: The discount is $39.78" in out

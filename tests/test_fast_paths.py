@@ -15,7 +15,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -182,7 +181,6 @@ EXTRA = [marked({"langsmith.run_type": "llm"}), marked({"langfuse.observation.ty
          marked({"gen_ai.operation.name": "execute_tool"}), marked({"gen_ai.operation.name": "nothing"}), marked({})]
 
 
-@pytest.mark.skipif(not FIXTURES.exists(), reason=f"shared fixtures not found at {FIXTURES}")
 def test_adapter_choice_and_payload_stripping_match_the_plain_definitions():
     for span in fixture_spans() + EXTRA:
         plain = next((a for a in ADAPTERS if a.matches(span)), None)
@@ -213,7 +211,6 @@ def reference_base_step_fields(span: SpanRecord) -> dict[str, Any]:
     }
 
 
-@pytest.mark.skipif(not FIXTURES.exists(), reason=f"shared fixtures not found at {FIXTURES}")
 def test_base_step_fills_the_shared_fields_as_first_and_as_str_define_them():
     swapped = {"gen_ai.system": 7, "llm.model_name": "lm", "gen_ai.usage.prompt_tokens": "12", "session.id": 3,
                "llm.token_count.completion": 2.0, "error.type": "<class 'x.Err'>", "gen_ai.provider.name": None}

@@ -15,13 +15,11 @@ import time
 import pytest
 
 from otel_replay.testing import fuzzing
-from tests.helpers import FIXTURES
 
 SECONDS_PER_TARGET = 15
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not FIXTURES.exists(), reason=f"shared fixtures (the seed corpora) not found at {FIXTURES}")
 @pytest.mark.parametrize("target", fuzzing.TARGETS)
 def test_fuzzing_finds_no_crash(target):
     pytest.importorskip("atheris")
@@ -43,9 +41,6 @@ def test_every_target_accepts_its_own_seeds(tmp_path):
     """The seed corpora are valid input: each runs through its target without a failure (so a
     crash in the fuzz run is a finding, not a broken seed)."""
     from otel_replay.testing import fuzz_seeds
-
-    if not FIXTURES.exists():
-        pytest.skip(f"shared fixtures not found at {FIXTURES}")
     for name in fuzzing.TARGETS:
         run = fuzzing.target(name, tmp_path / name)
         seeds = fuzz_seeds.corpus(name)
@@ -54,7 +49,6 @@ def test_every_target_accepts_its_own_seeds(tmp_path):
             run(seed)
 
 
-@pytest.mark.skipif(not FIXTURES.exists(), reason=f"shared fixtures (the seed corpora) not found at {FIXTURES}")
 def test_a_fuzzer_that_cannot_start_is_a_harness_failure_said_plainly_and_retried(tmp_path):
     """What happened once in the full bench: the work directory was removed (a clean-up of the shared
     temp directory) while the fuzzer started, so libFuzzer found no corpus and exited. That is not a

@@ -32,7 +32,7 @@ from otel_replay.normalize.sources.errors import SourceError
 from otel_replay.normalize.sources.ids import BadId
 from otel_replay.store.ingest import ingest
 from otel_replay.testing.fuzzing import assert_storable
-from tests.helpers import FIXTURES, REPO, chat_attributes
+from tests.helpers import REPO, chat_attributes
 from tests.hostile import (
     HOSTILE_VALUES,
     PROPERTY,
@@ -45,8 +45,6 @@ from tests.hostile import (
     otlp_span,
     seeds,
 )
-
-pytestmark = pytest.mark.skipif(not FIXTURES.exists(), reason=f"shared fixtures not found at {FIXTURES}")
 
 FORMATS = {"flat": "flat_json", "otlp": "otlp_json", "langsmith": "langsmith", "langfuse": "langfuse_api",
            "jaeger": "jaeger", "whowhen": "whowhen", "auto": "files_sniff"}

@@ -23,7 +23,7 @@ from otel_replay.capture.receiver import OtlpReceiver
 from otel_replay.capture.receiver_decode import LOGS, TRACES, RequestError, decode_body
 from otel_replay.testing import fuzz_seeds
 from otel_replay.testing.fuzzing import assert_storable
-from tests.helpers import FIXTURES, chat_attributes
+from tests.helpers import chat_attributes
 from tests.hostile import (
     PROPERTY,
     TIME_BOUND_S,
@@ -35,8 +35,6 @@ from tests.hostile import (
     otlp_span,
     seeds,
 )
-
-pytestmark = pytest.mark.skipif(not FIXTURES.exists(), reason=f"shared fixtures not found at {FIXTURES}")
 
 
 @PROPERTY

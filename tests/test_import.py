@@ -13,12 +13,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from otel_replay import Store
 from otel_replay.cli import main as cli
-from tests.helpers import FIXTURES, SHARED
+from tests.helpers import FIXTURES
 
 LANGSMITH = FIXTURES / "langsmith"
 LANGFUSE = FIXTURES / "langfuse"
-WHOWHEN = SHARED / "datasets" / "whowhen"
-pytestmark = pytest.mark.skipif(not FIXTURES.exists(), reason=f"shared fixtures not found at {FIXTURES}")
+WHOWHEN = FIXTURES / "whowhen"
 
 
 def imp(store, fmt, *paths):
@@ -196,7 +195,6 @@ def test_jaeger_json(tmp_path):
     assert imp(tmp_path / "auto", "auto", tmp_path / "jaeger.json").exit_code == 0
 
 
-@pytest.mark.skipif(not WHOWHEN.exists(), reason="Who&When dataset not found")
 def test_whowhen(tmp_path):
     result = imp(tmp_path, "whowhen", WHOWHEN)
     assert result.exit_code == 0 and "imported 184 traces" in result.output, result.output

@@ -22,7 +22,6 @@ from tests.helpers import FIXTURES
 
 OTEL = FIXTURES / "otel"
 pytestmark = [
-    pytest.mark.skipif(not OTEL.exists(), reason=f"shared fixtures not found at {OTEL}"),
     pytest.mark.skipif(not can_fork(), reason="parallel import needs the fork start method"),
 ]
 

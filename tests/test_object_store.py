@@ -258,8 +258,6 @@ def test_import_into_s3_is_idempotent(bucket):
     from tests.helpers import FIXTURES
 
     fixture = FIXTURES / "otel" / "genai-openai_span_and_event.otlp.json"
-    if not fixture.exists():
-        pytest.skip(f"shared fixtures not found at {fixture}")
     url = f"s3://{bucket}/imported"
     first = CliRunner().invoke(cli, ["--store", url, "import", "otlp", str(fixture)], catch_exceptions=False)
     again = CliRunner().invoke(cli, ["--store", url, "import", "otlp", str(fixture)], catch_exceptions=False)

@@ -1,6 +1,6 @@
 """Who&When failure attribution: frozen-log baselines scored by exact match, beside the upstream rule.
 
-The dataset (`shared/datasets/whowhen`: 58 Hand-Crafted Magentic-One logs, 126 Algorithm-Generated
+The dataset (`tests/fixtures/whowhen` in a source checkout: 58 Hand-Crafted Magentic-One logs, 126 Algorithm-Generated
 CaptainAgent logs) is imported into a temporary store with the real importer, the same code path
 as `otel-replay import whowhen`; every prediction is read back from the store (steps and the root
 span's `whowhen.*` labels), never from the JSON files.
@@ -49,7 +49,8 @@ SKIPPED = ("needs --policies with a real model (e.g. --policies otel_replay.repl
 
 
 def default_dataset() -> Path:
-    return Path(__file__).resolve().parents[3] / "shared" / "datasets" / "whowhen"
+    """The copy in a source checkout (tests/fixtures/whowhen, MIT, see its README.md)."""
+    return Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "whowhen"
 
 
 @dataclass(frozen=True, slots=True)

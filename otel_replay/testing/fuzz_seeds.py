@@ -1,4 +1,4 @@
-"""Seed corpora for the fuzz targets (`fuzzing.py`), cut from the shared fixtures, and a JSON
+"""Seed corpora for the fuzz targets (`fuzzing.py`), cut from the recorded fixtures, and a JSON
 mutator that swaps values of a valid document for hostile ones (so the fuzzer gets past the parser).
 
 Seeds are small (one to three records each) so a mutation costs milliseconds, not tens of them.
@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-FIXTURES = SHARED / "fixtures"
-WHOWHEN = SHARED / "datasets" / "whowhen"
+# in a source checkout: the recorded data the tests read (tests/fixtures/README.md)
+FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures"
+WHOWHEN = FIXTURES / "whowhen"
 _ID_KEYS = {"traceId", "spanId", "parentSpanId"}
 
 # Values a hostile or broken exporter sends, one of which replaces a random node of a seed.
