@@ -8,24 +8,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
-import os
-import shutil
-import signal
 import socket
-import subprocess
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
 import pytest
-from google.rpc.error_details_pb2 import RetryInfo
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcSpanExporter,
 )
@@ -37,56 +29,30 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otel_replay import Store
 from otel_replay.capture.receiver import OtlpReceiver
 from otel_replay.capture.receiver_decode import LOGS, TRACES, decode_body
 from otel_replay.capture.receiver_http import MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT
-from otel_replay.testing.workload import user_namespaces
-from tests.helpers import REPO, chat_attributes
+from otel_replay.testing.receiver_faults import (
+    AUTH,
+    LOGS_METHOD,
+    TOKEN,
+    TRACE_METHOD,
+    Collect,
+    Recording,
+    grpc_call,
+    mechanism_for,
+    post,
+    retry_delay_s,
+    span_body,
+    stored_traces,
+    trace_hex,
+    wait_until,
+)
+from tests.helpers import chat_attributes
 from tests.test_receiver import assert_stored_run, json_trace, send_agent_run
-
-TOKEN = "s3cret-token"
-AUTH = {"authorization": f"Bearer {TOKEN}"}
-TRACE_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
-LOGS_METHOD = "/opentelemetry.proto.collector.logs.v1.LogsService/Export"
-
-
-def post(port: int, body: bytes, headers: dict[str, str] | None = None, source: str | None = None,
-         content_type: str = "application/json") -> tuple[int, dict[str, str], bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source, 0) if source else None)
-    try:
-        conn.request("POST", "/v1/traces", body=body, headers={"Content-Type": content_type, **(headers or {})})
-        response = conn.getresponse()
-        return response.status, dict(response.headers), response.read()
-    finally:
-        conn.close()
-
-
-def wait_until(condition, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
-
-
-class Recording(SpanExporter):
-    """A real exporter, with the result of each of its exports kept."""
-
-    def __init__(self, inner: SpanExporter) -> None:
-        self.inner, self.results = inner, []
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        result = self.inner.export(spans)
-        self.results.append(result)
-        return result
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
 
 
 # -- 1. gRPC: the token before the message -----------------------------------------------------------
@@ -235,7 +201,7 @@ def chat_request(deep: dict[int, tuple[int, str]]) -> ExportTraceServiceRequest:
 DEEP = {1: (60, "kvlist"), 2: (32, "kvlist"), 3: (64, "array")}
 
 
-def stored_spans(store_dir: Path) -> list[str]:
+def stored_names(store_dir: Path) -> list[str]:
     return sorted(Store(store_dir).sql("select name from spans").column("name").to_pylist())
 
 
@@ -259,7 +225,7 @@ def test_a_record_nested_past_the_protobuf_limit_costs_only_itself_over_http_and
         assert "spans[1]: cannot be parsed" in got.error_message and "spans[3]: cannot be parsed" in got.error_message
         assert ".spans[2]" not in got.error_message and ".spans[0]" not in got.error_message
     for store in ("http", "grpc"):
-        assert stored_spans(tmp_path / store) == ["chat 0", "chat 2"]
+        assert stored_names(tmp_path / store) == ["chat 0", "chat 2"]
 
 
 def test_a_deep_log_record_or_resource_costs_only_itself():
@@ -288,135 +254,24 @@ def test_a_body_that_is_not_otlp_is_still_refused_whole():
 
 
 # -- 4. a store that cannot be written ---------------------------------------------------------------
-class Collect:
-    """`otel-replay collect --token` in a child process, over a store that can be made unwritable.
-
-    Best: in a private user and mount namespace (`unshare -rm`), the store on its own tmpfs, which
-    is remounted read-only (EROFS, which holds even for root) or filled up (ENOSPC). Else, for a
-    user other than root, the store's directories made read-only with chmod. The child
-    (`fault_child`) takes "ro", "rw", "fill", "unfill", "written TRACE_ID..." and "stop" on stdin.
-    """
-
-    def __init__(self, scratch: Path, workers: int, mechanism: str) -> None:
-        command = [sys.executable, "-c", "from tests.test_receiver_faults import fault_child; fault_child()",
-                   str(scratch), str(workers), mechanism]
-        if mechanism == "tmpfs":
-            command = ["unshare", "-rm", *command]
-        env = {k: v for k, v in os.environ.items() if k != "OTEL_REPLAY_COLLECT_TOKEN"}
-        self.proc = subprocess.Popen(command, cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     text=True)
-        http_line, grpc_line = self.proc.stdout.readline(), self.proc.stdout.readline()
-        assert http_line.startswith("OTLP/HTTP  http://127.0.0.1:"), http_line
-        self.http_port = int(http_line.split()[1].rsplit(":", 1)[1])
-        self.grpc_endpoint = grpc_line.split()[1]
-        self.store = scratch / "out"  # where the child copies the store once collect has stopped
-
-    def tell(self, command: str) -> str:
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
-        return self.proc.stdout.readline().strip()
-
-    def close(self) -> str:
-        if self.proc.poll() is None:
-            answer = self.tell("stop")
-            self.proc.wait(120)
-            return answer
-        return f"exited {self.proc.returncode}"
-
-
-def fault_child() -> None:
-    """The child of `Collect`: runs collect over a store it can break and mend on command."""
-    scratch, workers, mechanism = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
-    mount = scratch / "mnt"
-    mount.mkdir()
-    if mechanism == "tmpfs":
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m,mode=0755", "tmpfs", str(mount)], check=True)
-    store = mount / "store"
-    command = [sys.executable, "-c", "from otel_replay.cli import main; main()", "--store", str(store), "collect",
-               "--http-port", "0", "--grpc-port", "0", "--token", TOKEN, "--workers", workers]
-    collect = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    for _ in range(2):
-        print(collect.stdout.readline().rstrip(), flush=True)
-    filler = mount / "filler"
-    for line in sys.stdin:
-        what = line.strip()
-        if what == "ro":
-            if mechanism == "tmpfs":
-                subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
-            else:
-                _chmod_dirs(store, 0o555)
-        elif what == "rw":
-            if mechanism == "tmpfs":
-                subprocess.run(["mount", "-o", "remount,rw", str(mount)], check=True)
-            else:
-                _chmod_dirs(store, 0o755)
-        elif what == "fill":
-            with open(filler, "wb", buffering=0) as handle, contextlib.suppress(OSError):
-                while True:
-                    handle.write(b"\0" * 65536)
-        elif what == "unfill":
-            filler.unlink()
-        elif what.startswith("written "):
-            print("yes" if set(what.split()[1:]) <= stored_traces(store) else "no", flush=True)
-            continue
-        elif what == "stop":
-            collect.send_signal(signal.SIGTERM)
-            out, _ = collect.communicate(timeout=120)
-            shutil.copytree(store, scratch / "out")
-            print(f"stopped {collect.returncode}: {' / '.join(out.splitlines())}", flush=True)
-            return
-        print("ok", flush=True)
-
-
-def _chmod_dirs(root: Path, mode: int) -> None:
-    for path in [root, *(p for p in root.rglob("*") if p.is_dir())]:
-        os.chmod(path, mode)
-
-
-def fault_mechanism() -> str:
-    if user_namespaces():
-        return "tmpfs"
-    if os.geteuid() != 0:
-        return "chmod"
-    pytest.skip("no user namespaces here, and chmod does not stop root from writing")
-
-
-def stored_traces(store: Path) -> set[str]:
-    try:
-        return set(Store(store).sql("select trace_id from spans").column("trace_id").to_pylist())
-    except Exception:  # noqa: BLE001 - nothing written yet
-        return set()
-
-
-def span_body(n: int) -> bytes:
-    return json.dumps(json_trace(f"{n + 1:016x}", trace_id=f"{n + 1:032x}")).encode()
-
-
-def grpc_call(endpoint: str, n: int) -> grpc.RpcError | None:
-    request = chat_request({})
-    del request.resource_spans[0].scope_spans[0].spans[1:]
-    request.resource_spans[0].scope_spans[0].spans[0].trace_id = (n + 1).to_bytes(16, "big")
-    with grpc.insecure_channel(endpoint) as channel:
-        try:
-            trace_service_pb2_grpc.TraceServiceStub(channel).Export(request, metadata=tuple(AUTH.items()), timeout=30)
-        except grpc.RpcError as exc:
-            return exc
-    return None
-
-
-@pytest.mark.parametrize(("fault", "mend", "workers"), [("ro", "rw", 1), ("ro", "rw", 2), ("fill", "unfill", 1)],
-                         ids=["read-only", "read-only-2-workers", "disk-full"])
-def test_collect_refuses_with_503_while_the_store_cannot_be_written_and_resumes_after(tmp_path, fault, mend, workers):
-    mechanism = fault_mechanism()
-    if fault == "fill" and mechanism != "tmpfs":
-        pytest.skip("filling the disk needs a private tmpfs (user namespaces)")
+# `Collect` (otel_replay.testing.receiver_faults) runs the real `otel-replay collect --token` in a child
+# that makes its store read-only or full and mends it on command: best on a private tmpfs
+# (`unshare -rm`: EROFS, ENOSPC), else chmod (read-only, not as root) or RLIMIT_FSIZE (full: EFBIG).
+@pytest.mark.parametrize(("fault", "mend", "workers", "mechanism"), [
+    ("ro", "rw", 1, None), ("ro", "rw", 2, None), ("fill", "unfill", 1, None), ("fill", "unfill", 1, "rlimit")],
+    ids=["read-only", "read-only-2-workers", "disk-full", "disk-full-rlimit"])  # rlimit: the fallback, run anyway
+def test_collect_refuses_with_503_while_the_store_cannot_be_written_and_resumes_after(tmp_path, fault, mend, workers,
+                                                                                      mechanism):
+    mechanism = mechanism or mechanism_for("full" if fault == "fill" else "read_only")
+    if mechanism is None:
+        pytest.skip("no user namespaces here, and chmod does not stop root from writing")
     scratch = Path(tempfile.mkdtemp(prefix="otel-replay-unwritable-", dir=tmp_path))
     collect = Collect(scratch, workers, mechanism)
     try:
         acknowledged = [0] if post(collect.http_port, span_body(0), AUTH)[0] == 200 else []
         acknowledged += [1] if grpc_call(collect.grpc_endpoint, 1) is None else []
         assert acknowledged == [0, 1]
-        written = f"written {1:032x} {2:032x}"  # the writer flushes every 2 s; these are on disk before the fault
+        written = f"written {trace_hex(0)} {trace_hex(1)}"  # the writer flushes every 2 s; these are on disk before the fault
         assert wait_until(lambda: collect.tell(written) == "yes", 60)
         assert collect.tell(fault) == "ok"
         statuses: list[int] = []
@@ -430,8 +285,7 @@ def test_collect_refuses_with_503_while_the_store_cannot_be_written_and_resumes_
         assert int(headers["Retry-After"]) >= 1 and "store cannot be written" in json.loads(reply)["message"]
         refused = grpc_call(collect.grpc_endpoint, 1000)
         assert refused is not None and refused.code() == grpc.StatusCode.UNAVAILABLE, refused
-        retry = RetryInfo.FromString(dict(refused.trailing_metadata())["google.rpc.retryinfo-bin"])
-        assert retry.retry_delay.seconds >= 1
+        assert retry_delay_s(refused) >= 1
         assert collect.tell(mend) == "ok"
         assert wait_until(lambda: post(collect.http_port, span_body(2000), AUTH)[0] == 200, 60)
         assert grpc_call(collect.grpc_endpoint, 2001) is None
@@ -441,4 +295,4 @@ def test_collect_refuses_with_503_while_the_store_cannot_be_written_and_resumes_
     assert stopped.startswith("stopped 0"), stopped
     stored = stored_traces(collect.store)
     for n in (0, 1, 2000, 2001, 2002):  # acknowledged before the fault and after it
-        assert f"{n + 1:032x}" in stored, (n, stopped)
+        assert trace_hex(n) in stored, (n, stopped)
