@@ -12,7 +12,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from opentelemetry.context import Context
@@ -307,6 +307,11 @@ class ReplayProcessor(SpanProcessor):
         if not self._writer.wake.is_set():
             self._writer.wake.set()
         return 0
+
+    def remember_genai_traces(self, trace_ids: Iterable[str]) -> None:
+        """Keep the roots and ancestors of these traces, whose GenAI spans are stored already (for
+        `receiver_durable`, which replays a write-ahead log); on the caller's thread, before it queues them."""
+        self._writer.remember_genai_traces(trace_ids)
 
     # -- counters ------------------------------------------------------------------------------
     @property

@@ -6,7 +6,8 @@ time); a bad one gets an error status and the servers keep serving. The servers 
 loopback unless told otherwise, can require a bearer token (compared in constant time, and on
 gRPC from the call's metadata before its message is read), and limit each client's request rate
 (429 / RESOURCE_EXHAUSTED with a retry delay). While the store cannot be written, requests get
-503 / UNAVAILABLE instead of an acknowledgement for spans that would be lost.
+503 / UNAVAILABLE instead of an acknowledgement for spans that would be lost. With `durable`, a
+request is acknowledged only once its body is in a fsynced write-ahead log (`receiver_durable`).
 """
 
 from __future__ import annotations
@@ -37,9 +38,17 @@ from otel_replay.capture.receiver_decode import (
     export_response,
     summary,
 )
+from otel_replay.capture.receiver_durable import (
+    DurableIngest,
+    DurableStats,
+    durable_counters,
+    replay_orphans,
+    retrying,
+)
 from otel_replay.capture.receiver_http import RETRY_AFTER_S, HttpServer
 from otel_replay.capture.receiver_limits import DEFAULT_RATE, RateLimiter, Throttled
 from otel_replay.capture.receiver_workers import ProcessorFactory, ReceiverWorkers
+from otel_replay.capture.wal import WalRecord
 from otel_replay.errors import OtelReplayError
 from otel_replay.store.location import StoreLocation
 from otel_replay.store.writer import warm_up
@@ -81,13 +90,16 @@ class OtlpReceiver:
         Workers are spawned, so a script that starts them needs the usual `if __name__ == "__main__":`.
     :param processor_factory: with `workers` > 1, builds each worker's processor in the worker
         (picklable; default: `ReplayProcessor(store, yield_gil=False)`).
+    :param durable: acknowledge a request only once its body is in a fsynced write-ahead log under
+        `<store>/_wal/` (one per worker); `start` first replays what a receiver that died left there.
+        Needs a local store.
     """
 
     def __init__(self, store: str | Path | StoreLocation, *, host: str = "127.0.0.1", http_port: int = 4318,
                  grpc_port: int = 4317, token: str | None = None, max_body_mb: float = DEFAULT_MAX_BODY_MB,
                  read_timeout_s: float = READ_TIMEOUT_S, processor: ReplayProcessor | None = None,
                  request_timeout_s: float = REQUEST_TIMEOUT_S, max_requests_per_s: float | None = DEFAULT_RATE,
-                 workers: int = 1, processor_factory: ProcessorFactory | None = None) -> None:
+                 workers: int = 1, processor_factory: ProcessorFactory | None = None, durable: bool = False) -> None:
         if not 0 < max_body_mb <= 2047:
             raise ReceiverError(f"--max-body-mb must be between 0 and 2047, got {max_body_mb}")
         for name, port in (("--http-port", http_port), ("--grpc-port", grpc_port)):
@@ -98,6 +110,14 @@ class OtlpReceiver:
         if workers > 1 and processor is not None:
             raise ReceiverError("give a processor_factory, not a processor, for several workers")
         self.store = StoreLocation.of(store)
+        if durable and self.store.local is None:
+            raise ReceiverError(f"--durable needs a local store directory (its write-ahead log is a local file); "
+                                f"{self.store.url} is not one")
+        self.durable_mode = durable
+        self.durable: DurableIngest | None = None
+        """This process's write-ahead log, while it runs (`durable` with one worker)."""
+        self.replayed = DurableStats()
+        """What `start` replayed through the workers (`durable` with several)."""
         self.worker_count = workers
         self.processor_factory = processor_factory or functools.partial(ReplayProcessor, self.store, yield_gil=False)
         self.workers: ReceiverWorkers | None = None
@@ -146,10 +166,12 @@ class OtlpReceiver:
             self._cannot_listen("OTLP/gRPC", self.grpc_endpoint, "address in use or not available", "--grpc-port")
         if self.worker_count > 1:  # after both ports are bound: a port in use fails at once
             try:
-                self.workers = ReceiverWorkers(self.worker_count, self.processor_factory)
+                self.workers = ReceiverWorkers(self.worker_count, self.processor_factory, durable=self.durable_mode)
             except Exception as exc:  # e.g. a processor factory that does not pickle, a worker that cannot start
                 self.stop(5)
                 raise ReceiverError(f"cannot start the receiver's {self.worker_count} workers: {exc}") from exc
+        if self.durable_mode:
+            self._start_durable()
         self._http_thread = threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.1},
                                              name="otel-replay-collect-http", daemon=True)
         self._http_thread.start()
@@ -158,6 +180,30 @@ class OtlpReceiver:
             logger.warning("otel-replay collect listens on %s without a token: anyone who can reach it can write "
                            "to the store (set a token, or listen on 127.0.0.1)", self.host)
         return self
+
+    def _start_durable(self) -> None:
+        """Open this process's write-ahead log (one worker), then replay what dead receivers left,
+        before the servers accept: into the store, through the log of whoever stores it now."""
+        local = self.store.local
+        assert local is not None
+        try:
+            if self.workers is None:
+                assert self.processor is not None
+                self.durable = DurableIngest(self.store, self.processor)
+                replay_orphans(local, retrying(self.durable.replay), self.durable.stats)
+            else:
+                replay_orphans(local, retrying(self._replay_through_workers), self.replayed)
+        except OSError as exc:
+            self.stop(5)
+            raise ReceiverError(f"cannot open the write-ahead log under {local / '_wal'}: {exc.strerror or exc}") from exc
+        self.flush()
+
+    def _replay_through_workers(self, record: WalRecord) -> None:
+        got = self.workers.receive(record.signal, record.body, record.as_json, replay=True)  # type: ignore[union-attr]
+        self.replayed.replayed_requests += 1
+        self.replayed.replayed_records += got.records - got.refused
+        if got.refused:
+            raise RequestError(503, grpc.StatusCode.RESOURCE_EXHAUSTED, "a worker's queue is full", retry=True)
 
     def _cannot_listen(self, what: str, where: str, why: str, flag: str) -> NoReturn:
         self.stop(5)
@@ -195,6 +241,8 @@ class OtlpReceiver:
             self._closing = True
         if self.workers is not None:
             self.workers.stop(max(deadline - time.monotonic(), 0))
+        if self.durable is not None:  # writes what was queued, then removes the log it covers
+            self.durable.close(max(deadline - time.monotonic(), 0))
         if self.processor is not None:
             self.processor.shutdown(int(max(deadline - time.monotonic(), 0) * 1000))
 
@@ -243,7 +291,11 @@ class OtlpReceiver:
         an OTLP request."""
         if self.workers is None:
             self.check_store()
-            return self.ingest(signal, *decode_body(signal, body, as_json))
+            records, errors = decode_body(signal, body, as_json)
+            if self.durable is None or not records:
+                return self.ingest(signal, records, errors)
+            with self.durable.logged(signal, body, as_json):  # 503 if the log cannot be written
+                return self.ingest(signal, records, errors)
         with self._lock:
             if self._closing:
                 raise RequestError(503, grpc.StatusCode.UNAVAILABLE, "the receiver is shutting down", retry=True)
@@ -283,10 +335,18 @@ class OtlpReceiver:
         return len(errors) + refused, "; ".join(parts)
 
     def stats(self) -> dict[str, Any]:
-        """The writer counters (`ReplayProcessor.stats`; with workers, theirs added up)."""
+        """The writer counters (`ReplayProcessor.stats`; with workers, theirs added up); with
+        `durable`, the write-ahead log's too (`wal_*`)."""
         if self.workers is not None:
-            return self.workers.stats()
-        return self.processor.stats if self.processor is not None else {}
+            stats = self.workers.stats()
+            if self.durable_mode:
+                for key, value in durable_counters(self.replayed).items():
+                    stats[key] = stats.get(key, 0) + value
+            return stats
+        stats = dict(self.processor.stats) if self.processor is not None else {}
+        if self.durable is not None:
+            stats.update(self.durable.counters())
+        return stats
 
 
 def _refuse_if_all_malformed(signal: str, records: int, errors: list[str]) -> None:

@@ -11,7 +11,9 @@ a malformed record is reported once, at its path in the request as sent.
 Workers are spawned, not forked (the parent runs gRPC's threads), and ignore SIGINT and SIGTERM:
 the parent stops them in order, and a worker whose parent vanished writes what it accepted and
 exits. A worker that dies is replaced; the request it was answering gets 503 (retry), and what it
-had accepted but not written is lost, as with a `kill -9` of a single-process receiver.
+had accepted but not written is lost, as with a `kill -9` of a single-process receiver. With
+`durable`, each worker logs every request body it stores records of in its own write-ahead log
+(`receiver_durable`) before it answers, and a worker that replaced a dead one replays its log.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import grpc
 
 from otel_replay.capture.processor import ReplayProcessor
 from otel_replay.capture.receiver_decode import TRACES, RequestError, StoreUnwritable, decode_body
+from otel_replay.capture.receiver_durable import DurableIngest
 from otel_replay.store.writer import warm_up
 
 ProcessorFactory = Callable[[], ReplayProcessor]
@@ -61,11 +64,12 @@ def auto_workers() -> int:
 
 
 # -- the worker process --------------------------------------------------------------------------
-def worker_main(conn: Connection, index: int, count: int, factory: ProcessorFactory) -> None:
+def worker_main(conn: Connection, index: int, count: int, factory: ProcessorFactory, durable: bool = False) -> None:
     """A worker: answers `receive`, `flush`, `stats` and `stop` from the parent until `stop` or EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group;
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the parent decides when and how a worker stops
     processor = factory()
+    ingest = DurableIngest(processor.store, processor, part=(index, count)) if durable else None
     warm_up()  # what the first write costs once (~0.1 s), before "ready", not in the first request's time
     # What a worker allocates dies young (a request's records, a batch's rows) and holds no cycles
     # worth chasing often: the start-up objects are frozen out of every collection and the youngest
@@ -79,20 +83,27 @@ def worker_main(conn: Connection, index: int, count: int, factory: ProcessorFact
             request = conn.recv()
             if request[0] == "receive":
                 with body.read(request[3]) as data:
-                    conn.send(_receive(processor, request[1], data, request[2], (index, count)))
+                    conn.send(_receive(processor, request[1], data, request[2], (index, count), ingest, request[4]))
                 continue
         except (EOFError, OSError):  # the parent is gone: keep what was accepted
-            processor.shutdown()
+            _stop(processor, ingest, 30.0)
             return
         op = request[0]
         if op == "flush":
             conn.send(("ok", processor.force_flush(int(request[1] * 1000))))
         elif op == "stats":
-            conn.send(("ok", {**processor.stats, "worker_cpu_s": time.process_time()}))
+            conn.send(("ok", {**processor.stats, **(ingest.counters() if ingest else {}), "worker_cpu_s": time.process_time()}))
         elif op == "stop":
-            processor.shutdown(int(request[1] * 1000))
-            conn.send(("ok", processor.stats))
+            _stop(processor, ingest, request[1])
+            conn.send(("ok", {**processor.stats, **(ingest.counters() if ingest else {})}))
             return
+
+
+def _stop(processor: ReplayProcessor, ingest: DurableIngest | None, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    if ingest is not None:  # writes what was queued, then removes the log it covers
+        ingest.close(timeout_s)
+    processor.shutdown(int(max(deadline - time.monotonic(), 0) * 1000))
 
 
 class BodyReader:
@@ -124,13 +135,20 @@ class BodyReader:
 
 
 def _receive(processor: ReplayProcessor, signal_name: str, body: bytes | memoryview, as_json: bool,
-             part: tuple[int, int]) -> tuple[Any, ...]:
+             part: tuple[int, int], ingest: DurableIngest | None = None, replay: bool = False) -> tuple[Any, ...]:
     try:
         StoreUnwritable.check(processor.stats.get("store_error"))  # before decoding: nothing of it is kept
         records, errors = decode_body(signal_name, body, as_json, part)
-        del body
+        if replay and ingest is not None:  # a dead receiver's log: what the store holds already is skipped
+            records = ingest.unstored(signal_name, records)
         spans, logs = (records, ()) if signal_name == TRACES else ((), records)
-        refused = processor.accept_records(spans, logs) if records else 0
+        if not records:
+            refused = 0
+        elif ingest is None:
+            refused = processor.accept_records(spans, logs)
+        else:
+            with ingest.logged(signal_name, body, as_json):  # 503 if the log cannot be written
+                refused = processor.accept_records(spans, logs)
         return ("ok", len(records), refused, errors)
     except RequestError as exc:
         return ("error", exc.status, exc.code.name, exc.message, exc.retry, getattr(exc, "retry_after", None))
@@ -140,12 +158,12 @@ def _receive(processor: ReplayProcessor, signal_name: str, body: bytes | memoryv
 
 # -- the parent's side -----------------------------------------------------------------------------
 class _Worker:
-    def __init__(self, index: int, count: int, factory: ProcessorFactory) -> None:
+    def __init__(self, index: int, count: int, factory: ProcessorFactory, durable: bool = False) -> None:
         self.index = index
         context = multiprocessing.get_context("spawn")
         self.conn, child = context.Pipe()  # a socket pair: bodies go raw on its stream (`BodyReader`)
         self.stream = socket.socket(fileno=os.dup(self.conn.fileno()))
-        self.process = context.Process(target=worker_main, args=(child, index, count, factory),
+        self.process = context.Process(target=worker_main, args=(child, index, count, factory, durable),
                                        name=f"otel-replay-collect-worker-{index}", daemon=True)
         self.process.start()
         child.close()
@@ -185,33 +203,35 @@ class ReceiverWorkers:
 
     :param count: how many workers (each has its own processor, queue and memory budget).
     :param factory: builds each worker's `ReplayProcessor`, in the worker.
+    :param durable: each worker logs what it stores in its own write-ahead log (`receiver_durable`).
     """
 
-    def __init__(self, count: int, factory: ProcessorFactory) -> None:
+    def __init__(self, count: int, factory: ProcessorFactory, durable: bool = False) -> None:
         if count < 1:
             raise ValueError(f"receiver workers must be at least 1, got {count}")
-        self.count, self.factory = count, factory
+        self.count, self.factory, self.durable = count, factory, durable
         self._lock = threading.Lock()  # one request at a time: each pipe carries one exchange at once
         self._workers: list[_Worker] = []
         self.replaced = 0
         """Workers that died and were replaced."""
         self.final_stats: dict[str, Any] | None = None
         try:
-            self._workers = [_Worker(i, count, factory) for i in range(count)]
+            self._workers = [_Worker(i, count, factory, durable) for i in range(count)]
             for worker in self._workers:
                 worker.wait_ready()
         except BaseException:
             self.stop(5)
             raise
 
-    def receive(self, signal_name: str, body: bytes, as_json: bool) -> Received:
-        """Hand one request body to every worker; raises the request's RequestError, if any."""
+    def receive(self, signal_name: str, body: bytes, as_json: bool, replay: bool = False) -> Received:
+        """Hand one request body to every worker; raises the request's RequestError, if any.
+        `replay`: a body from a dead receiver's log (the workers skip what the store holds)."""
         with self._lock:
             dead: list[_Worker] = []
             replies: list[tuple[Any, ...]] = []
             for worker in self._workers:
                 try:
-                    worker.conn.send(("receive", signal_name, as_json, len(body)))
+                    worker.conn.send(("receive", signal_name, as_json, len(body), replay))
                     worker.stream.sendall(body)
                 except OSError:
                     dead.append(worker)
@@ -234,7 +254,7 @@ class ReceiverWorkers:
             worker.end(1)
             logger.error("otel-replay collect: receiver worker %d exited (exit code %s); starting another. "
                          "Spans it had accepted but not yet written are lost.", worker.index, code)
-            fresh = _Worker(worker.index, self.count, self.factory)
+            fresh = _Worker(worker.index, self.count, self.factory, self.durable)
             fresh.wait_ready()
             self._workers[worker.index] = fresh
             self.replaced += 1

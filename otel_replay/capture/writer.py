@@ -25,7 +25,7 @@ import socket
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -393,6 +393,13 @@ class CaptureWriter:
                 self._genai_traces.popitem(last=False)
             return True
         return record.trace_id in self._genai_traces
+
+    def remember_genai_traces(self, trace_ids: Iterable[str]) -> None:
+        """Keep the other spans of these traces, whose GenAI spans are stored already (a WAL replay)."""
+        for trace_id in trace_ids:
+            self._genai_traces[trace_id] = None
+        while len(self._genai_traces) > self.budget.recent_traces:
+            self._genai_traces.popitem(last=False)
 
     def _expire_logs(self, now: float) -> None:
         while self._pending_logs:

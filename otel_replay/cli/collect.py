@@ -57,10 +57,14 @@ def stop_signal() -> Iterator[threading.Event]:
 @click.option("--workers", type=click.IntRange(0, MAX_WORKERS), default=0, show_default=True,
               help="Processes that decode and store (each trace whole in one); 0: one per core, "
                    f"at most {MAX_AUTO_WORKERS}; 1: this process alone.")
+@click.option("--durable/--no-durable", default=False, show_default=True,
+              help="Answer a request only once its spans are in a fsynced write-ahead log (<store>/_wal); "
+                   "at start, replay what a killed receiver left there. Needs a local store.")
 @privacy_options
 @click.pass_obj
 def collect(store: Store, host: str, http_port: int, grpc_port: int, token: str | None, max_body_mb: float,
-            max_requests_per_s: float, workers: int, redact_rules: Path | None, no_redact: bool, payloads: str) -> None:
+            max_requests_per_s: float, workers: int, durable: bool, redact_rules: Path | None, no_redact: bool,
+            payloads: str) -> None:
     """Receive OTLP traces and logs (HTTP and gRPC) from any service into the store.
 
     Example: otel-replay collect --token s3cret
@@ -74,7 +78,7 @@ def collect(store: Store, host: str, http_port: int, grpc_port: int, token: str 
     receiver = OtlpReceiver(store.root, host=host, http_port=http_port, grpc_port=grpc_port, token=token,
                             max_body_mb=max_body_mb, max_requests_per_s=max_requests_per_s or None,
                             workers=workers, processor_factory=make if workers > 1 else None,
-                            processor=make() if workers == 1 else None)
+                            processor=make() if workers == 1 else None, durable=durable)
     with stop_signal() as stop:
         try:
             receiver.start()
@@ -84,6 +88,7 @@ def collect(store: Store, host: str, http_port: int, grpc_port: int, token: str 
         click.echo(f"OTLP/gRPC  {receiver.grpc_endpoint}")
         click.echo(f"store      {store.root.display()}")
         click.echo(f"workers    {workers} {'process' if workers == 1 else 'processes'}")
+        click.echo(durable_line(receiver) if durable else "durable    no (acknowledged once queued in memory; --durable)")
         if not token and not is_loopback(host):
             click.echo(f"warning: listening on {host} without a token; anyone who can reach it can write to the "
                        f"store (set --token or {TOKEN_ENV})", err=True)
@@ -98,10 +103,24 @@ def collect(store: Store, host: str, http_port: int, grpc_port: int, token: str 
                f"{c['malformed_logs']} malformed")
     if receiver.throttled:
         click.echo(f"requests over a client's rate (429): {receiver.throttled}")
-    unwritten = receiver.stats().get("queued", 0)
+    stats = receiver.stats()
+    if durable:
+        click.echo(f"write-ahead log: {stats.get('wal_records', 0)} requests logged in {stats.get('wal_syncs', 0)} "
+                   f"fsyncs; {stats.get('wal_lost_segments', 0)} segments logged again after the store refused a write")
+    unwritten = stats.get("queued", 0)
     if unwritten:
-        click.echo(f"warning: {unwritten} accepted records were not written within {STOP_TIMEOUT_S:g} s and are lost",
+        fate = "stay in the write-ahead log for the next start" if durable else "are lost"
+        click.echo(f"warning: {unwritten} accepted records were not written within {STOP_TIMEOUT_S:g} s and {fate}",
                    err=True)
+
+
+def durable_line(receiver: OtlpReceiver) -> str:
+    """What `--durable` replayed at start, for the banner."""
+    stats = receiver.stats()
+    replayed = stats.get("wal_replayed_requests", 0)
+    said = (f"; replayed {replayed} logged requests a stopped receiver left ({stats.get('wal_replayed_records', 0)} "
+            f"records queued, {stats.get('wal_skipped_stored', 0)} already stored)" if replayed else "")
+    return f"durable    yes (write-ahead log in {receiver.store.display()}/_wal{said})"
 
 
 COMMANDS = [collect]
