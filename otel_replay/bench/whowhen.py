@@ -1,9 +1,9 @@
 """Who&When failure attribution: frozen-log baselines scored by exact match, beside the upstream rule.
 
-The dataset (`tests/fixtures/whowhen` in a source checkout: 58 Hand-Crafted Magentic-One logs, 126 Algorithm-Generated
-CaptainAgent logs) is imported into a temporary store with the real importer, the same code path
-as `otel-replay import whowhen`; every prediction is read back from the store (steps and the root
-span's `whowhen.*` labels), never from the JSON files.
+The dataset (`tests/fixtures/whowhen` of a source checkout: 58 Hand-Crafted Magentic-One logs,
+126 Algorithm-Generated CaptainAgent logs) is imported into a temporary store with the real
+importer, the same code path as `otel-replay import whowhen`; every prediction is read back from
+the store (steps and the root span's `whowhen.*` labels), never from the JSON files.
 
 Baselines need no model: the last / first step, the last / first agent turn (skipping the code
 terminal and human observation steps), and a random step and agent (seeded, averaged over seeds).
