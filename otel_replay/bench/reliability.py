@@ -8,14 +8,20 @@
 2. Store failures: disk full, read-only, permission denied, directory deleted, path not a
    directory, each while a service produces spans: exceptions seen by the service, warnings,
    spans dropped and counted, and whether capture resumed once the fault was undone.
-3. Crashes: `kill -9` of a writing process at random moments, 50 times (5 quick), ten into each store:
+3. Receiver: `otel-replay collect` (one process) whose store fills up (a private tmpfs, else
+   RLIMIT_FSIZE) while OTLP batches arrive over HTTP and gRPC: requests acknowledged and refused
+   (503 + Retry-After, UNAVAILABLE + RetryInfo), acknowledged spans against spans stored, and
+   whether accepting resumes once the disk has room. With `--token`, rounds of 64 concurrent
+   unauthenticated 15 MB gRPC calls beside an exporter with the token: collect's resident memory,
+   how the flood was refused, and the exporter's results.
+4. Crashes: `kill -9` of a writing process at random moments, 50 times (5 quick), ten into each store:
    spans lost beyond the unflushed queue (must be 0), the queue lost, whether the store opens.
-4. Readers during writes: queries and whole-file reads while a writer writes; spans seen
+5. Readers during writes: queries and whole-file reads while a writer writes; spans seen
    without their steps (a batch seen in part). Torn batches: `import` killed right after its
    payload segment and right after its span segment: rows visible, what `doctor --check` finds,
    whether a rerun stores every span and step.
-5. Damaged segments: truncated and bit-flipped segments; queries over the rest; what `doctor` finds.
-6. Fuzzing: inputs fuzzed (count, time), from `otel_replay.testing.fuzzing.fuzz_summary` when
+6. Damaged segments: truncated and bit-flipped segments; queries over the rest; what `doctor` finds.
+7. Fuzzing: inputs fuzzed (count, time), from `otel_replay.testing.fuzzing.fuzz_summary` when
    that module exists.
 
 Every child process runs the real SDK, processor and store; nothing here is simulated.
@@ -33,13 +39,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from otel_replay.capture.receiver import DEFAULT_MAX_BODY_MB
 from otel_replay.testing.corruption import corruption_trials
 from otel_replay.testing.crashes import concurrent_reads, run_crash_trials
 from otel_replay.testing.faults import KINDS, run_fault_scenario
 from otel_replay.testing.overload import run_overload
+from otel_replay.testing.receiver_faults import full_disk_acknowledgement, grpc_flood
 from otel_replay.testing.torn import torn_trials
 
 MB = 1024 * 1024
+FLOOD_RSS_BOUND = int(DEFAULT_MAX_BODY_MB * MB)
+"""What refusing the unauthenticated flood may add to collect's resident memory: less than one
+message of the largest size it accepts (it is refused before its message is read)."""
+WINDOW_SLACK_S = 1.0  # on top of the flush interval: the failed write's own time and one request's gap
 
 
 @dataclass(frozen=True)
@@ -54,13 +66,19 @@ class Sizes:
     read_s: float
     damaged: int
     fuzz_s: float
+    full_disk_hold_s: float  # how long collect's store stays full after its first refusal
+    flood_calls: int  # concurrent unauthenticated gRPC calls per round
+    flood_rounds: int
+    flood_mb: float  # each call's message
     kinds: tuple[str, ...] = KINDS  # store failures to run
 
 
 QUICK = Sizes(overload_s=5, cap_bytes=64 * MB, payload_bytes=131_072, factor=10, fault_s=0.5, kills=5,
-              max_kill_delay_s=0.8, read_s=2, damaged=10, fuzz_s=5)
+              max_kill_delay_s=0.8, read_s=2, damaged=10, fuzz_s=5, full_disk_hold_s=0.5, flood_calls=64,
+              flood_rounds=3, flood_mb=15)
 FULL = Sizes(overload_s=60, cap_bytes=64 * MB, payload_bytes=131_072, factor=10, fault_s=1.5, kills=50,
-             max_kill_delay_s=1.2, read_s=10, damaged=40, fuzz_s=60)
+             max_kill_delay_s=1.2, read_s=10, damaged=40, fuzz_s=60, full_disk_hold_s=5, flood_calls=64,
+             flood_rounds=3, flood_mb=15)
 
 
 def memory_bound(cap_bytes: int) -> int:
@@ -145,6 +163,9 @@ def run_reliability_bench(quick: bool = False, store_dir: Path | None = None, si
                                    sizes.payload_bytes, sizes.factor)
         result["overload"]["memory_bound"] = memory_bound(sizes.cap_bytes)
         result["failures"] = timed("failures", _failures, sizes.fault_s, sizes.kinds)
+        result["receiver"] = {
+            "full_disk": timed("full_disk", full_disk_acknowledgement, sizes.full_disk_hold_s),
+            "flood": timed("flood", grpc_flood, sizes.flood_calls, sizes.flood_rounds, sizes.flood_mb)}
         crashes = timed("crashes", run_crash_trials, work / "crashes", sizes.kills, 0, sizes.max_kill_delay_s)
         crashes.pop("trials")
         result["crashes"] = crashes
@@ -204,6 +225,47 @@ def _failure_rows(failures: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def _receiver_rows(receiver: dict[str, Any] | None) -> list[list[str]]:
+    if not receiver:
+        return []
+    d, f = receiver["full_disk"], receiver["flood"]
+    during = d["answers"]["during"]
+    interval = d["flush_interval_s"]
+    return [
+        [f"collect, store full ({d['mechanism']}): acknowledged vs stored", f"{d['acked_spans']:,} spans acknowledged "
+         f"(200 / OK; {d['spans_per_request']} a request, HTTP and gRPC in turn), {d['stored_acked_spans']:,} stored; {d['lost_in_window']:,} lost, all acknowledged in the "
+         f"{d['window_s']:.1f} s before the first refusal ({d['acked_in_fault_before_refusal']} requests acknowledged "
+         f"after the disk filled); {d['lost_beyond_window']} lost after it", f"all stored but those acknowledged <= one flush interval "
+         f"({interval:g} s, +{WINDOW_SLACK_S:g} s) before the writer's first failed write",
+         _verdict(d["written_before"] and d["lost_beyond_window"] == 0 and d["acked_spans"] > 0
+                  and d["window_s"] <= interval + WINDOW_SLACK_S)],
+        ["collect, store full: answers while it is", f"{d['refused_with_retry']} of {d['during_after_refusal']} "
+         f"requests from the first refusal on refused with a retry delay (HTTP 503 + Retry-After "
+         f"{during.get('http 503', 0)}, gRPC UNAVAILABLE + RetryInfo {during.get('grpc UNAVAILABLE', 0)}) with "
+         f"the disk full for {d['fault_s']:.1f} s; writer warnings: {d['failure_warnings']} failure, {d['resume_warnings']} resumed",
+         "every one refused, with a retry delay",
+         _verdict(d["refused_with_retry"] == d["during_after_refusal"] > 0)],
+        ["collect, store full: after room is made", ("accepting again after " + f"{d['resumed_s']:.1f} s"
+                                                     if d["resumed_s"] is not None else "not accepting again")
+         + f"; {d['acked_after_mend']} requests acknowledged, {d['lost_after_mend']} of their spans lost; "
+         f"collect exited {'0' if d['exit_ok'] else 'non-zero'}", "resumes, nothing lost, exits 0",
+         _verdict(d["resumed_s"] is not None and d["acked_after_mend"] > 0 and d["lost_after_mend"] == 0
+                  and d["exit_ok"])],
+        ["gRPC flood without the token: collect's memory", f"VmRSS {f['rss_before'] / MB:.0f} -> "
+         f"{f['rss_peak'] / MB:.0f} MB (+{f['rss_growth'] / MB:.0f} MB) under {f['rounds']} x {f['calls']} concurrent "
+         f"{f['megabytes']:g} MB calls (one process, {f['samples']} samples)",
+         f"< {FLOOD_RSS_BOUND / MB:.0f} MB (one largest message)", _verdict(f["rss_growth"] < FLOOD_RSS_BOUND)],
+        ["gRPC flood without the token: refused; exporter with it", f"{f['unauthenticated']} of {f['flood_calls']} "
+         f"refused UNAUTHENTICATED ({', '.join(f'{k} {v}' for k, v in sorted(f['codes'].items()))}); exporter with "
+         f"the token: {f['legitimate_successes']} of {f['legitimate_exports']} exports succeeded, "
+         f"{f['legitimate_stored']} of {f['legitimate_spans']} spans stored",
+         "none accepted; every export succeeds and is stored",
+         _verdict(f["flood_ok"] == 0 and f["legitimate_exports"] > 0 and f["exit_ok"]
+                  and f["legitimate_successes"] == f["legitimate_exports"]
+                  and f["legitimate_stored"] == f["legitimate_spans"])],
+    ]
+
+
 def _store_rows(result: dict[str, Any]) -> list[list[str]]:
     c, r, d, fuzz = result["crashes"], result["readers"], result["corruption"], result["fuzz"]
     fuzz_ok = "-" if not fuzz.get("available") else _verdict(not any(
@@ -253,7 +315,8 @@ def _torn_rows(torn: dict[str, Any] | None) -> list[list[str]]:
 def format_reliability_table(result: dict[str, Any]) -> str:
     """The figures as a Markdown table (readable as plain text), then a line on the run."""
     header = ["figure", "measured", "must hold", "result"]
-    rows = [header, *_overload_rows(result["overload"]), *_failure_rows(result["failures"]), *_store_rows(result)]
+    rows = [header, *_overload_rows(result["overload"]), *_failure_rows(result["failures"]),
+            *_receiver_rows(result.get("receiver")), *_store_rows(result)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |" for row in rows]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
@@ -263,5 +326,6 @@ def format_reliability_table(result: dict[str, Any]) -> str:
     lines += ["", f"{'Quick' if result['quick'] else 'Full'} run, {result['elapsed_s']:.0f} s ({parts}); {machine['cpus']} CPUs, "
               f"Python {machine['python']}, load average at start {load}. Latencies include GIL waits and "
               f"preemption on a shared machine; memory growth is the peak resident size (sampled every 50 ms) "
-              f"less the size just before the overload, after a warm-up."]
+              f"less the size just before the overload, after a warm-up; collect's is its VmRSS (sampled every 20 ms) "
+              "less its level after its first write."]
     return "\n".join(lines)
