@@ -35,8 +35,8 @@ WITH latest AS MATERIALIZED (
 -- Model calls of the traces (and kinds) in which two model calls overlap: the only ones that can
 -- be duplicates (a sequential agent has none, and what follows sees no row). Some two calls
 -- overlap exactly when some call overlaps the next one to start, so one narrow window finds them.
--- pref: the order in which a call's spans give their values; nth: the position among its
--- convention's calls, to pair calls of identical timing in order.
+-- pref: the order in which a call's spans give their values (payloads, more payload parts, outer);
+-- nth: the position among its convention's calls, to pair calls of identical timing in order.
 parallel AS NOT MATERIALIZED (
     SELECT DISTINCT trace_id, kind FROM (
         SELECT trace_id, kind,
@@ -46,11 +46,12 @@ parallel AS NOT MATERIALIZED (
     ) WHERE overlaps_next
 ),
 overlapping AS NOT MATERIALIZED (
-    SELECT *,
-           row_number() OVER (PARTITION BY trace_id ORDER BY has_payload DESC,
-               coalesce(len(input_hashes), 0) + coalesce(len(output_hashes), 0)
-               + (system_hash IS NOT NULL)::INT + (tools_hash IS NOT NULL)::INT DESC,
-               start_ns, end_ns DESC, span_id) AS pref,
+    SELECT trace_id, span_id, parent_span_id, kind, operation, provider, request_model, response_model,
+           start_ns, end_ns, has_payload, input_hashes, convention,
+           {'observation_only': NOT has_payload,
+            'fewer_parts': -(coalesce(len(input_hashes), 0) + coalesce(len(output_hashes), 0)
+                             + (system_hash IS NOT NULL)::INT + (tools_hash IS NOT NULL)::INT),
+            'start_ns': start_ns, 'end_ns': -end_ns, 'span_id': span_id} AS pref,
            row_number() OVER (PARTITION BY trace_id, kind, convention ORDER BY start_ns, end_ns, span_id) AS nth
     FROM latest JOIN parallel USING (trace_id, kind)
     WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL
@@ -63,14 +64,14 @@ calls AS NOT MATERIALIZED (
         FROM overlapping o JOIN span_rows s ON s.trace_id = o.trace_id AND s.span_id = o.span_id
     ) WHERE rn = 1
 ),
+-- Candidate pairs, listed both ways. a_side and b_side name a's candidates of b's producer and b's
+-- of a's (the partitions of the rounds below; a hash sorts faster than the ids it stands for).
 pairs AS (
     SELECT a.trace_id, a.span_id AS a_id, b.span_id AS b_id, a.producer AS a_producer, b.producer AS b_producer,
+           hash(a.trace_id, a.span_id, b.producer) AS a_side, hash(a.trace_id, b.span_id, a.producer) AS b_side,
            a.pref AS a_pref, b.pref AS b_pref,
            abs(a.start_ns - b.start_ns) + abs(a.end_ns - b.end_ns) AS gap,
-           abs(a.nth - b.nth) AS nth_gap,
-           b.start_ns, b.end_ns, b.status, b.error_type, b.error_message, b.provider, b.request_model,
-           b.response_model, b.input_tokens, b.output_tokens, b.agent_name, b.conversation_id, b.system_hash,
-           b.tools_hash, b.output_hashes, b.request_params, b.finish_reasons, b.has_payload, b.redacted
+           abs(a.nth - b.nth) AS nth_gap
     FROM calls a JOIN calls b
       ON a.trace_id = b.trace_id AND a.kind = b.kind AND a.producer <> b.producer
      AND a.start_ns <= b.end_ns AND b.start_ns <= a.end_ns
@@ -90,57 +91,57 @@ pairs AS (
 -- each is the other's closest free candidate of the other's producer ("done": already matched
 -- to that producer in an earlier round). Three rounds settle calls of near-identical timing.
 round1 AS (
-    SELECT *, coalesce(row_number() OVER (PARTITION BY trace_id, a_id, b_producer ORDER BY gap, nth_gap, b_id) = 1
-                       AND row_number() OVER (PARTITION BY trace_id, b_id, a_producer ORDER BY gap, nth_gap, a_id) = 1,
+    SELECT *, coalesce(row_number() OVER (PARTITION BY trace_id, a_side ORDER BY gap, nth_gap, b_id) = 1
+                       AND row_number() OVER (PARTITION BY trace_id, b_side ORDER BY gap, nth_gap, a_id) = 1,
                        false) AS m1
     FROM pairs
 ),
 round2 AS (
-    SELECT *, NOT done AND row_number() OVER (PARTITION BY trace_id, a_id, b_producer ORDER BY done, gap, nth_gap, b_id) = 1
-              AND row_number() OVER (PARTITION BY trace_id, b_id, a_producer ORDER BY done, gap, nth_gap, a_id) = 1 AS m2
+    SELECT *, NOT done AND row_number() OVER (PARTITION BY trace_id, a_side ORDER BY done, gap, nth_gap, b_id) = 1
+              AND row_number() OVER (PARTITION BY trace_id, b_side ORDER BY done, gap, nth_gap, a_id) = 1 AS m2
     FROM (
-        SELECT *, bool_or(m1) OVER (PARTITION BY trace_id, a_id, b_producer)
-                  OR bool_or(m1) OVER (PARTITION BY trace_id, b_id, a_producer) AS done
+        SELECT *, bool_or(m1) OVER (PARTITION BY trace_id, a_side)
+                  OR bool_or(m1) OVER (PARTITION BY trace_id, b_side) AS done
         FROM round1
     )
 ),
 round3 AS (
-    SELECT * EXCLUDE (done), NOT done AND row_number() OVER (PARTITION BY trace_id, a_id, b_producer ORDER BY done, gap, nth_gap, b_id) = 1
-              AND row_number() OVER (PARTITION BY trace_id, b_id, a_producer ORDER BY done, gap, nth_gap, a_id) = 1 AS m3
+    SELECT * EXCLUDE (done), NOT done AND row_number() OVER (PARTITION BY trace_id, a_side ORDER BY done, gap, nth_gap, b_id) = 1
+              AND row_number() OVER (PARTITION BY trace_id, b_side ORDER BY done, gap, nth_gap, a_id) = 1 AS m3
     FROM (
-        SELECT * EXCLUDE (done), bool_or(m1 OR m2) OVER (PARTITION BY trace_id, a_id, b_producer)
-                  OR bool_or(m1 OR m2) OVER (PARTITION BY trace_id, b_id, a_producer) AS done
+        SELECT * EXCLUDE (done), bool_or(m1 OR m2) OVER (PARTITION BY trace_id, a_side)
+                  OR bool_or(m1 OR m2) OVER (PARTITION BY trace_id, b_side) AS done
         FROM round2
     )
 ),
 -- Per matched step, its partners' values in pref order. A step is kept when it comes before all
 -- of its partners; the others are folded into a partner that comes before them.
 partners AS (
-    SELECT trace_id, a_id AS span_id,
+    SELECT m.trace_id, m.a_id AS span_id,
            min(b_pref) > any_value(a_pref) AS kept,
            list(b_id ORDER BY b_pref) AS span_ids,
-           min(start_ns) AS start_ns,
-           max(end_ns) AS end_ns,
-           CASE WHEN bool_or(status = 'error') THEN 'error' WHEN bool_or(status = 'ok') THEN 'ok' END AS status,
-           first(error_type ORDER BY b_pref) FILTER (WHERE error_type IS NOT NULL) AS error_type,
-           first(error_message ORDER BY b_pref) FILTER (WHERE error_message IS NOT NULL) AS error_message,
-           first(provider ORDER BY b_pref) FILTER (WHERE provider IS NOT NULL) AS provider,
-           first(request_model ORDER BY b_pref) FILTER (WHERE request_model IS NOT NULL) AS request_model,
-           first(response_model ORDER BY b_pref) FILTER (WHERE response_model IS NOT NULL) AS response_model,
-           first(input_tokens ORDER BY b_pref) FILTER (WHERE input_tokens IS NOT NULL) AS input_tokens,
-           first(output_tokens ORDER BY b_pref) FILTER (WHERE output_tokens IS NOT NULL) AS output_tokens,
-           first(agent_name ORDER BY b_pref) FILTER (WHERE agent_name IS NOT NULL) AS agent_name,
-           first(conversation_id ORDER BY b_pref) FILTER (WHERE conversation_id IS NOT NULL) AS conversation_id,
-           first(system_hash ORDER BY b_pref) FILTER (WHERE system_hash IS NOT NULL) AS system_hash,
-           first(tools_hash ORDER BY b_pref) FILTER (WHERE tools_hash IS NOT NULL) AS tools_hash,
-           first(output_hashes ORDER BY b_pref) FILTER (WHERE len(output_hashes) > 0) AS output_hashes,
-           first(request_params ORDER BY b_pref) FILTER (WHERE request_params IS NOT NULL) AS request_params,
-           first(finish_reasons ORDER BY b_pref) FILTER (WHERE len(finish_reasons) > 0) AS finish_reasons,
-           bool_or(has_payload) AS has_payload,
-           flatten(list(redacted) FILTER (WHERE redacted IS NOT NULL)) AS redacted
-    FROM round3
+           min(b.start_ns) AS start_ns,
+           max(b.end_ns) AS end_ns,
+           CASE WHEN bool_or(b.status = 'error') THEN 'error' WHEN bool_or(b.status = 'ok') THEN 'ok' END AS status,
+           arg_min(b.error_type, b_pref) FILTER (WHERE b.error_type IS NOT NULL) AS error_type,
+           arg_min(b.error_message, b_pref) FILTER (WHERE b.error_message IS NOT NULL) AS error_message,
+           arg_min(b.provider, b_pref) FILTER (WHERE b.provider IS NOT NULL) AS provider,
+           arg_min(b.request_model, b_pref) FILTER (WHERE b.request_model IS NOT NULL) AS request_model,
+           arg_min(b.response_model, b_pref) FILTER (WHERE b.response_model IS NOT NULL) AS response_model,
+           arg_min(b.input_tokens, b_pref) FILTER (WHERE b.input_tokens IS NOT NULL) AS input_tokens,
+           arg_min(b.output_tokens, b_pref) FILTER (WHERE b.output_tokens IS NOT NULL) AS output_tokens,
+           arg_min(b.agent_name, b_pref) FILTER (WHERE b.agent_name IS NOT NULL) AS agent_name,
+           arg_min(b.conversation_id, b_pref) FILTER (WHERE b.conversation_id IS NOT NULL) AS conversation_id,
+           arg_min(b.system_hash, b_pref) FILTER (WHERE b.system_hash IS NOT NULL) AS system_hash,
+           arg_min(b.tools_hash, b_pref) FILTER (WHERE b.tools_hash IS NOT NULL) AS tools_hash,
+           arg_min(b.output_hashes, b_pref) FILTER (WHERE len(b.output_hashes) > 0) AS output_hashes,
+           arg_min(b.request_params, b_pref) FILTER (WHERE b.request_params IS NOT NULL) AS request_params,
+           arg_min(b.finish_reasons, b_pref) FILTER (WHERE len(b.finish_reasons) > 0) AS finish_reasons,
+           bool_or(b.has_payload) AS has_payload,
+           flatten(list(b.redacted) FILTER (WHERE b.redacted IS NOT NULL)) AS redacted
+    FROM round3 m JOIN latest b ON b.trace_id = m.trace_id AND b.span_id = m.b_id
     WHERE m1 OR m2 OR m3
-    GROUP BY trace_id, a_id
+    GROUP BY m.trace_id, m.a_id
 ),
 collapsed AS (
     SELECT l.* REPLACE (
