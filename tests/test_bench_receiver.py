@@ -11,7 +11,13 @@ import os
 
 import pytest
 
-from otel_replay.bench.receiver import METRICS, format_receiver_table, run_receiver_bench
+from otel_replay.bench.receiver import (
+    DURABLE_METRICS,
+    METRICS,
+    format_receiver_table,
+    percentile,
+    run_receiver_bench,
+)
 from otel_replay.capture.receiver_workers import auto_workers
 
 
@@ -45,6 +51,36 @@ def test_the_run_did_what_it_claims(result: dict) -> None:
     assert result["request_bytes_per_round"] > result["sizes"]["spans"] * result["payload_bytes_per_span"] * 0.8
     assert json.loads(json.dumps(result))["metrics"].keys() == result["metrics"].keys()
     assert result["costs"]["client_encode_us"] > 0 and result["costs"]["receiver_decode_us"] > 0
+
+
+def test_durable_mode_ran_on_the_same_load_and_is_compared_with_the_in_memory_one(result: dict) -> None:
+    """Each round ran the in-memory and the durable receiver on the same spans; every row holds both
+    modes and their per-round ratio (no threshold: a ratio, not a time, is the figure)."""
+    assert set(result["durable"]) == set(DURABLE_METRICS)
+    for round_ in result["rounds"]:
+        durable = round_["durable"]
+        assert 0 < durable["received_s"] <= durable["stored_s"] and durable["written_twice"] >= 0
+        for r in (round_, durable):
+            assert 0 < r["p50_latency_ms"] <= r["p99_latency_ms"]
+    for key, (label, unit, _) in DURABLE_METRICS.items():
+        row = result["durable"][key]
+        assert (row["label"], row["unit"]) == (label, unit)
+        assert all(isinstance(row[f], float) and math.isfinite(row[f]) and row[f] > 0 for f in ("memory", "durable", "ratio"))
+    if len(result["rounds"]) == 1:  # the ratio is the one round's
+        r = result["rounds"][0]
+        spans = result["sizes"]["spans"]
+        assert math.isclose(result["durable"]["accepted_spans_per_s"]["ratio"],
+                            (spans / r["durable"]["received_s"]) / (spans / r["received_s"]))
+    table = format_receiver_table(result)
+    assert "--durable vs in-memory, same run and load" in table and "durable / in-memory" in table
+    for label, *_ in DURABLE_METRICS.values():
+        assert label in table
+
+
+def test_percentile_is_the_nearest_rank() -> None:
+    values = [float(v) for v in range(100, 0, -1)]
+    assert (percentile(values, 50), percentile(values, 99), percentile(values, 100)) == (50.0, 99.0, 100.0)
+    assert percentile([7.0], 99) == 7.0 and percentile([], 50) == 0.0
 
 
 def test_table_names_every_metric_and_both_servers(result: dict) -> None:

@@ -5,8 +5,10 @@
 - a replayed log stores each span once (spans already stored are skipped), keeps the roots of
   traces whose GenAI spans are stored, and joins replayed content log events to their spans;
 - a full disk (a filled tmpfs in a private mount namespace) gets 503, never 200 for spans that are
-  not on disk; every span answered 200 is stored once the disk has room again;
-- the log's format: group commit, a torn tail, a damaged record, a dead owner's directory.
+  not on disk; every span answered 200 is stored once the disk has room again; a read-only store
+  stops `collect --durable` at start with one line.
+
+The log's own format (group commit, torn and damaged records, dead owners) is in tests/test_wal.py.
 """
 
 from __future__ import annotations
@@ -34,13 +36,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from otel_replay import Store
 from otel_replay.capture.receiver import OtlpReceiver
-from otel_replay.capture.wal import (
-    WAL_DIR,
-    SegmentReader,
-    WriteAheadLog,
-    claim_orphans,
-    new_owner_dir,
-)
+from otel_replay.capture.wal import WAL_DIR, SegmentReader, WriteAheadLog, new_owner_dir
 from otel_replay.normalize.content import DETAILS_EVENT
 from otel_replay.testing.workload import user_namespaces
 from tests.helpers import REPO, chat_attributes
@@ -378,54 +374,6 @@ def test_a_remote_store_is_refused_with_durable():
         OtlpReceiver("memory://bucket/store", durable=True)
 
 
-# -- the log itself ------------------------------------------------------------------------------
-def test_concurrent_appends_share_fsyncs_and_read_back_whole(tmp_path):
-    wal = WriteAheadLog(tmp_path / WAL_DIR / "owner")
-    bodies = [os.urandom(200) + i.to_bytes(2, "big") for i in range(400)]
-    threads = [threading.Thread(target=lambda chunk: [wal.release(wal.append("traces", False, b)) for b in chunk],
-                                args=(bodies[i::8],)) for i in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    wal.close()
-    (segment,) = wal.take_sealed()
-    assert sorted(r.body for r in SegmentReader(segment.path)) == sorted(bodies)
-    assert wal.records == 400 and 0 < wal.syncs <= 400
-    print(f"400 appends from 8 threads: {wal.syncs} fdatasync calls")
-    wal.remove()
-
-
-def test_a_torn_or_damaged_record_ends_the_segment(tmp_path):
-    wal = WriteAheadLog(tmp_path / "owner")
-    for i in range(3):
-        wal.release(wal.append("logs" if i == 1 else "traces", i == 2, f"body {i}".encode() * 10))
-    wal.close()
-    path = wal.take_sealed()[0].path
-    whole = path.read_bytes()
-    records = list(SegmentReader(path))
-    assert [(r.signal, r.as_json) for r in records] == [("traces", False), ("logs", False), ("traces", True)]
-    path.write_bytes(whole[:-5])  # a kill in the middle of the last append
-    reader = SegmentReader(path)
-    assert [r.body for r in reader] == [r.body for r in records[:2]] and reader.torn > 0
-    damaged = bytearray(whole)
-    damaged[len(whole) // 2] ^= 0x40  # a bit flip in the second record
-    path.write_bytes(bytes(damaged))
-    assert [r.body for r in SegmentReader(path)] == [records[0].body]
-
-
-def test_only_the_directories_of_dead_owners_are_claimed(tmp_path):
-    live = WriteAheadLog(new_owner_dir(tmp_path, "p"))
-    dead = dead_owner_log(tmp_path, [("traces", b"x", False)])
-    claimed = claim_orphans(tmp_path)
-    assert [c.path for c in claimed] == [dead]
-    assert claim_orphans(tmp_path) == []  # held by the first claim
-    claimed[0].remove()
-    assert not dead.exists() and live.directory.exists()
-    live.close()
-    live.remove()
-
-
 # -- a full disk ---------------------------------------------------------------------------------
 def fault_child() -> None:
     """In a private user and mount namespace: a tmpfs, `collect --durable` on a store in it, and
@@ -456,6 +404,24 @@ def fault_child() -> None:
             print(f"stopped {collect.returncode}: {' / '.join(out.splitlines())}", flush=True)
             return
         print("ok", flush=True)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_read_only_store_stops_collect_durable_at_start_with_one_line(tmp_path, workers):
+    """A read-only volume cannot hold the log: said at once, before a worker starts (while collect
+    --durable runs, a read-only remount is refused by the kernel: its log segment is open for writing)."""
+    if not user_namespaces():
+        pytest.skip("a read-only mount needs a private mount namespace (user namespaces)")
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    script = (f"mount -t tmpfs tmpfs {mount} && mkdir {mount}/store && mount -o remount,ro {mount} && "
+              f"exec {sys.executable} -c 'from otel_replay.cli import main; main()' --store {mount}/store collect "
+              f"--http-port 0 --grpc-port 0 --durable --workers {workers}")
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert done.stderr.strip().splitlines() == [
+        f"Error: cannot write the write-ahead log under {mount}/store/_wal (Read-only file system); "
+        "--durable needs a writable store"]
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -13,11 +13,17 @@ benchmark's writer spans, 16 to a trace as agent runs come). It is one of two ki
 The baseline is the same client posting to a stdlib HTTP server that reads and discards each
 body: what the client and the loopback cost on their own. Each round times both servers back to
 back, and the receiver / baseline ratio of those paired rounds is the figure to compare across machines.
+
+Each round also times a fresh receiver with `durable=True` (`collect --durable`: every request in a
+fsynced write-ahead log before its answer) on the same spans, in-memory and durable in alternating
+order; the second table compares the two: spans/s accepted and stored, and the client's p50 / p99
+request latency (one request: from its send until its response), durable / in-memory per round.
 """
 
 from __future__ import annotations
 
 import http.client
+import math
 import shutil
 import statistics
 import subprocess
@@ -55,6 +61,15 @@ FULL = Sizes(spans=15_360, batch=512, rounds=3)
 QUICK = Sizes(spans=1_024, batch=512, rounds=1)
 SPANS_PER_TRACE = 16  # one agent run's worth; the receiver's workers split requests by trace
 CLIENTS = ("encoded", "exporter")
+MODES = ("memory", "durable")
+
+# `--durable` against the in-memory receiver: key -> (label, unit, higher is better)
+DURABLE_METRICS: dict[str, tuple[str, str, bool]] = {
+    "accepted_spans_per_s": ("spans/s accepted (first send until the last response)", "spans/s", True),
+    "stored_spans_per_s": ("spans/s stored (first send until force_flush wrote them)", "spans/s", True),
+    "p50_latency_ms": ("request latency, p50", "ms", False),
+    "p99_latency_ms": ("request latency, p99", "ms", False),
+}
 
 # metric key -> (label, unit, target, comparison); the target applies to the receiver.
 METRICS: dict[str, tuple[str, str, float | None, str]] = {
@@ -66,7 +81,8 @@ METRICS: dict[str, tuple[str, str, float | None, str]] = {
 
 # -- the client process ----------------------------------------------------------------------
 def client_main() -> None:
-    """The client: builds spans, then per `send URL` line sends them all and answers `sent FAILED RETRIES`.
+    """The client: builds spans, then per `send URL` line sends them all and answers
+    `sent FAILED RETRIES P50_MS P99_MS` (the latency of one request: from its send until its response).
 
     Run as `python -c "from otel_replay.bench.receiver import client_main; client_main()" SPANS BATCH KIND`.
     """
@@ -83,21 +99,35 @@ def client_main() -> None:
         command, _, url = line.strip().partition(" ")
         if command != "send":
             break
-        failed, retries = send(url, batches if kind == "exporter" else bodies)
-        print(f"sent {failed} {retries}", flush=True)
+        latencies: list[float] = []
+        failed, retries = send(url, batches if kind == "exporter" else bodies, latencies)
+        p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
+        print(f"sent {failed} {retries} {p50 * 1e3:.3f} {p99 * 1e3:.3f}", flush=True)
 
 
-def _send_with_exporter(url: str, batches: list[Any]) -> tuple[int, int]:
+def percentile(values: list[float], q: float) -> float:
+    """The `q`th percentile (nearest rank) of `values`; 0 for none."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(len(ordered) * q / 100) - 1))]
+
+
+def _send_with_exporter(url: str, batches: list[Any], latencies: list[float]) -> tuple[int, int]:
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import SpanExportResult
 
     exporter = OTLPSpanExporter(endpoint=url, timeout=120)
-    failed = sum(exporter.export(b) is not SpanExportResult.SUCCESS for b in batches)
+    failed = 0
+    for batch in batches:
+        started = time.perf_counter()
+        failed += exporter.export(batch) is not SpanExportResult.SUCCESS
+        latencies.append(time.perf_counter() - started)  # its encoding and its own retries included
     exporter.shutdown()
     return failed, 0  # the exporter retries on its own, unseen
 
 
-def _send_encoded(url: str, bodies: list[bytes]) -> tuple[int, int]:
+def _send_encoded(url: str, bodies: list[bytes], latencies: list[float]) -> tuple[int, int]:
     """POST each body over one keep-alive connection; on 429/503 wait `Retry-After` and resend it."""
     parsed = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=120)
@@ -105,9 +135,11 @@ def _send_encoded(url: str, bodies: list[bytes]) -> tuple[int, int]:
     try:
         for body in bodies:
             for _ in range(100):
+                started = time.perf_counter()
                 conn.request("POST", parsed.path, body, {"Content-Type": "application/x-protobuf"})
                 response = conn.getresponse()
                 response.read()
+                latencies.append(time.perf_counter() - started)
                 if response.status not in (429, 503):
                     failed += response.status != 200
                     break
@@ -127,6 +159,7 @@ class _Client:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.request_bytes = int(self._expect("ready")[0])
         self.retries = 0
+        self.latency_ms = (0.0, 0.0)  # p50, p99 of the last `send`
 
     def _expect(self, word: str) -> str:
         line = self.proc.stdout.readline() if self.proc.stdout else ""
@@ -140,9 +173,11 @@ class _Client:
         started = time.perf_counter()
         self.proc.stdin.write(f"send {url}\n")
         self.proc.stdin.flush()
-        failed, retries = map(int, self._expect("sent"))
+        failed, retries, p50, p99 = self._expect("sent")
         elapsed = time.perf_counter() - started
+        failed, retries = int(failed), int(retries)
         self.retries += retries
+        self.latency_ms = (float(p50), float(p99))
         if failed:
             raise RuntimeError(f"benchmark client: {failed} export requests to {url} failed")
         return elapsed
@@ -179,9 +214,9 @@ def _baseline_round(client: _Client) -> float:
         server.server_close()
 
 
-def _receiver_round(client: _Client, sizes: Sizes, store: Path, workers: int) -> dict[str, Any]:
+def _receiver_round(client: _Client, sizes: Sizes, store: Path, workers: int, durable: bool = False) -> dict[str, Any]:
     """One timed round; the workers (if any) start before the clock, as `collect` starts them once."""
-    with OtlpReceiver(store, http_port=0, grpc_port=0, workers=workers) as receiver:
+    with OtlpReceiver(store, http_port=0, grpc_port=0, workers=workers, durable=durable) as receiver:
         cpu_started = _receiver_cpu(receiver)
         started = time.perf_counter()
         received = client.send(f"{receiver.http_endpoint}/v1/traces")
@@ -195,8 +230,9 @@ def _receiver_round(client: _Client, sizes: Sizes, store: Path, workers: int) ->
     distinct = Store(store).sql("select count(*) as n from spans").to_pylist()[0]["n"]
     if written != receiver.counts["accepted_traces"] or distinct != sizes.spans:
         raise RuntimeError(f"stored {distinct} of {sizes.spans} spans, wrote {written} ({receiver.counts})")
+    p50, p99 = client.latency_ms
     return {"received_s": received, "stored_s": stored, "written_twice": written - sizes.spans,
-            "cpu_us_per_span": cpu / sizes.spans * 1e6}
+            "cpu_us_per_span": cpu / sizes.spans * 1e6, "p50_latency_ms": p50, "p99_latency_ms": p99}
 
 
 def _receiver_cpu(receiver: OtlpReceiver) -> float:
@@ -252,7 +288,10 @@ def run_receiver_bench(quick: bool = False, store_dir: Path | None = None, worke
         _baseline_round(client)  # warm-up: the client's first export pays for imports and caches
         for i in range(sizes.rounds):
             baseline = _baseline_round(client)
-            rounds.append({"baseline_s": baseline, **_receiver_round(client, sizes, root / f"round-{i}", workers)})
+            timed = {}
+            for mode in MODES if i % 2 == 0 else MODES[::-1]:  # alternating: neither always runs second
+                timed[mode] = _receiver_round(client, sizes, root / f"round-{i}-{mode}", workers, mode == "durable")
+            rounds.append({"baseline_s": baseline, **timed["memory"], "durable": timed["durable"]})
     finally:
         client.close()
         if store_dir is None:
@@ -265,6 +304,7 @@ def run_receiver_bench(quick: bool = False, store_dir: Path | None = None, worke
                                         [(n / r["received_s"], n / r["baseline_s"]) for r in rounds]),
         "received_mb_per_s": _metric("received_mb_per_s", [(mb / r["received_s"], mb / r["baseline_s"]) for r in rounds]),
     }
+    durable = {key: _durable_metric(key, rounds, n) for key in DURABLE_METRICS}
     return {
         "quick": quick,
         "client": kind,
@@ -278,6 +318,7 @@ def run_receiver_bench(quick: bool = False, store_dir: Path | None = None, worke
         "rounds": rounds,
         "costs": costs,
         "metrics": metrics,
+        "durable": durable,
         "elapsed_s": time.perf_counter() - started,
     }
 
@@ -289,6 +330,38 @@ def _metric(key: str, pairs: list[tuple[float, float]]) -> dict[str, Any]:
     return {"label": label, "unit": unit, "target": target, "op": op, "passed": passed, "receiver": receiver,
             "baseline": statistics.median(p[1] for p in pairs),
             "ratio_vs_baseline": statistics.median(p[0] / p[1] for p in pairs)}
+
+
+def _durable_metric(key: str, rounds: list[dict[str, Any]], spans: int) -> dict[str, Any]:
+    """One `DURABLE_METRICS` row: medians over the rounds of each mode, and of their per-round ratio."""
+    label, unit, _ = DURABLE_METRICS[key]
+
+    def value(r: dict[str, Any]) -> float:
+        if key == "accepted_spans_per_s":
+            return spans / r["received_s"]
+        if key == "stored_spans_per_s":
+            return spans / r["stored_s"]
+        return float(r[key])
+
+    pairs = [(value(r), value(r["durable"])) for r in rounds]
+    return {"label": label, "unit": unit, "memory": statistics.median(p[0] for p in pairs),
+            "durable": statistics.median(p[1] for p in pairs),
+            "ratio": statistics.median(p[1] / p[0] for p in pairs if p[0] > 0) if any(p[0] > 0 for p in pairs) else 0.0}
+
+
+def format_durable_table(result: dict) -> str:
+    """`--durable` against the in-memory receiver, same run and load (median per-round ratio)."""
+    header = ["--durable vs in-memory, same run and load", "in-memory", "--durable", "durable / in-memory"]
+    rows = [header]
+    for key, (label, unit, higher) in DURABLE_METRICS.items():
+        m = result["durable"][key]
+        worse = "lower" if higher else "higher"
+        rows.append([label, f"{m['memory']:,.1f} {unit}", f"{m['durable']:,.1f} {unit}",
+                     f"{m['ratio']:.2f}x ({worse} is worse)"])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |" for row in rows]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
 
 
 _CLIENT_NOTES = {
@@ -339,4 +412,11 @@ def format_receiver_table(result: dict) -> str:
         notes.append(f"CPU per span, the same spans in one process: the exporter encodes one in "
                      f"{costs['client_encode_us']:.0f} µs, the receiver decodes it in {costs['receiver_decode_us']:.0f} µs "
                      f"before answering; storing it is the capture writer's work (`otel-replay bench capture`).")
-    return "\n".join(lines + [""] + [f"- {note}" for note in notes])
+    out = lines + [""] + [f"- {note}" for note in notes]
+    if result.get("durable"):
+        out += ["", format_durable_table(result), "",
+                "- Each round also ran a fresh `OtlpReceiver(durable=True)` (`collect --durable`: every request's body "
+                "in a fsynced write-ahead log under the store before its answer; each worker its own log) on the same "
+                "spans, the two modes in alternating order; the first table's receiver column is the in-memory one. "
+                "Latency: one request, from its send until its response, at the client."]
+    return "\n".join(out)

@@ -48,7 +48,7 @@ from otel_replay.capture.receiver_durable import (
 from otel_replay.capture.receiver_http import RETRY_AFTER_S, HttpServer
 from otel_replay.capture.receiver_limits import DEFAULT_RATE, RateLimiter, Throttled
 from otel_replay.capture.receiver_workers import ProcessorFactory, ReceiverWorkers
-from otel_replay.capture.wal import WalRecord
+from otel_replay.capture.wal import WalRecord, check_writable
 from otel_replay.errors import OtelReplayError
 from otel_replay.store.location import StoreLocation
 from otel_replay.store.writer import warm_up
@@ -151,6 +151,12 @@ class OtlpReceiver:
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> OtlpReceiver:
         """Open the store's writer and both servers; returns once both listen."""
+        if self.durable_mode:
+            try:  # before any worker starts: a store that cannot hold the log is one line, not a worker's traceback
+                check_writable(self.store.local)  # type: ignore[arg-type]
+            except OSError as exc:
+                raise ReceiverError(f"cannot write the write-ahead log under {self.store.display()}/_wal "
+                                    f"({exc.strerror or exc}); --durable needs a writable store") from exc
         if self.worker_count == 1:
             if self.processor is None:
                 self.processor = ReplayProcessor(self.store)
@@ -291,10 +297,12 @@ class OtlpReceiver:
         an OTLP request."""
         if self.workers is None:
             self.check_store()
-            records, errors = decode_body(signal, body, as_json)
-            if self.durable is None or not records:
-                return self.ingest(signal, records, errors)
-            with self.durable.logged(signal, body, as_json):  # 503 if the log cannot be written
+            if self.durable is None:
+                return self.ingest(signal, *decode_body(signal, body, as_json))
+            with self.durable.logging(signal, body, as_json) as logged:  # written and fsynced while decoding
+                records, errors = decode_body(signal, body, as_json)
+                if records:
+                    logged()  # 503 if the log could not be written
                 return self.ingest(signal, records, errors)
         with self._lock:
             if self._closing:

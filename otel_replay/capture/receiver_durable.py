@@ -125,17 +125,32 @@ class DurableIngest:
 
     # -- the request path ----------------------------------------------------------------------
     @contextlib.contextmanager
+    def logging(self, signal: str, body: bytes | memoryview, as_json: bool) -> Iterator[Callable[[], None]]:
+        """Hand the body to the log at once (it is written and fsynced while the block decodes it);
+        the block calls the `wait` it gets before it queues records: StoreUnwritable (503) if the
+        body may not be on disk. On leaving, the body has been written or given up."""
+        ticket = self.wal.submit(signal, as_json, body)
+
+        def wait() -> None:
+            try:
+                ticket.wait()
+            except OSError as exc:
+                raise StoreUnwritable(f"write-ahead log: {store_failure_reason(exc)}") from None
+
+        try:
+            yield wait
+        finally:
+            ticket.done.wait()  # the caller's buffer is in use until then
+            if ticket.error is None and ticket.segment is not None:
+                self.wal.release(ticket.segment)
+
+    @contextlib.contextmanager
     def logged(self, signal: str, body: bytes | memoryview, as_json: bool) -> Iterator[None]:
         """Log the body (fsynced) before the block queues its records; StoreUnwritable (503) if it
         cannot be."""
-        try:
-            segment = self.wal.append(signal, as_json, body)
-        except OSError as exc:
-            raise StoreUnwritable(f"write-ahead log: {store_failure_reason(exc)}") from None
-        try:
+        with self.logging(signal, body, as_json) as wait:
+            wait()
             yield
-        finally:
-            self.wal.release(segment)
 
     def unstored(self, signal: str, records: list[Any]) -> list[Any]:
         """`records` less the spans (and the log events of spans) the store holds already; tells the

@@ -138,17 +138,14 @@ def _receive(processor: ReplayProcessor, signal_name: str, body: bytes | memoryv
              part: tuple[int, int], ingest: DurableIngest | None = None, replay: bool = False) -> tuple[Any, ...]:
     try:
         StoreUnwritable.check(processor.stats.get("store_error"))  # before decoding: nothing of it is kept
-        records, errors = decode_body(signal_name, body, as_json, part)
-        if replay and ingest is not None:  # a dead receiver's log: what the store holds already is skipped
-            records = ingest.unstored(signal_name, records)
-        spans, logs = (records, ()) if signal_name == TRACES else ((), records)
-        if not records:
-            refused = 0
-        elif ingest is None:
-            refused = processor.accept_records(spans, logs)
-        else:
-            with ingest.logged(signal_name, body, as_json):  # 503 if the log cannot be written
-                refused = processor.accept_records(spans, logs)
+        with ingest.logging(signal_name, body, as_json) if ingest else contextlib.nullcontext() as logged:
+            records, errors = decode_body(signal_name, body, as_json, part)  # while the log writes and syncs
+            if replay and ingest is not None:  # a dead receiver's log: what the store holds already is skipped
+                records = ingest.unstored(signal_name, records)
+            spans, logs = (records, ()) if signal_name == TRACES else ((), records)
+            if records and logged is not None:
+                logged()  # 503 if the log could not be written
+            refused = processor.accept_records(spans, logs) if records else 0
         return ("ok", len(records), refused, errors)
     except RequestError as exc:
         return ("error", exc.status, exc.code.name, exc.message, exc.retry, getattr(exc, "retry_after", None))
