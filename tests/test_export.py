@@ -106,7 +106,7 @@ def _check_tree(requests, store, report):
     assert step_evaluation["gen_ai.evaluation.explanation"].startswith("Step 0 (")
     assert _attrs(culprit_blame.events[1].attributes)["otel_replay.repair.valid"] is True
     assert "otel_replay.repair.output" not in _attrs(culprit_blame.events[1].attributes)  # no payloads unless asked
-    for parent, blame in blames.items():  # every scored step's blame span says its verdict as an evaluation
+    for blame in blames.values():  # every scored step's blame span says its verdict as an evaluation
         (evaluation,) = [_attrs(e.attributes) for e in blame.events if e.name == "gen_ai.evaluation.result"]
         assert evaluation["gen_ai.evaluation.score.label"] == _attrs(blame.attributes)["otel_replay.blame.verdict"]
     assert all(_attrs(b.attributes)["otel_replay.blame.culprit"] is False for p, b in blames.items() if p != culprit["span_id"])
