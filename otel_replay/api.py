@@ -20,6 +20,7 @@ import asyncio
 import html
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
@@ -29,12 +30,14 @@ from otel_replay.attribution import AttributionError, AttributionResult, Job, Jo
 from otel_replay.attribution.executors import EngineError, make_executor
 from otel_replay.attribution.job import (
     JobProgress,
+    build_verifier,
     describe,
     load_params,
     not_resumable,
     select_traces,
 )
 from otel_replay.attribution.verifiers import Verifier
+from otel_replay.attribution.watch import Event, Watcher, WatchOptions, fingerprint
 from otel_replay.replay import policies as policy_registry
 from otel_replay.replay.policies import Policy, Registry
 from otel_replay.trajectory import Store
@@ -48,11 +51,14 @@ OPTIONS = tuple(f.name for f in fields(JobParams) if f.name not in ("trace_ids",
 
 
 class AttributionBatch(list[AttributionResult]):
-    """The results of a job over several traces (a list, in the job's trace order)."""
+    """The results of a job over several traces (a list, in the job's trace order); `skipped`: the
+    traces it skipped (they pass the verifier, or cannot be replayed) and why."""
 
-    def __init__(self, results: Iterable[AttributionResult], job_id: str) -> None:
+    def __init__(self, results: Iterable[AttributionResult], job_id: str,
+                 skipped: Mapping[str, str] | None = None) -> None:
         super().__init__(results)
         self.job_id = job_id
+        self.skipped = dict(skipped or {})
 
     def to_json(self) -> str:
         """The JSON document `attribute --json` writes for a batch: {"reports": [...]}."""
@@ -97,7 +103,7 @@ def attribute(trace_id_or_ids: str | Sequence[str] | None = None, *, policies: P
     results = run(job)
     if isinstance(trace_id_or_ids, str) and resume is None:
         return results[0]
-    return AttributionBatch(results, job.job_id)
+    return AttributionBatch(results, job.job_id, job.skipped)
 
 
 async def attribute_async(trace_id_or_ids: str | Sequence[str] | None = None, **arguments: Any
@@ -124,8 +130,10 @@ async def attribute_async(trace_id_or_ids: str | Sequence[str] | None = None, **
 def make_job(trace_id_or_ids: str | Sequence[str] | None = None, *, policies: Policies = None,
              verifier: str | Verifier | None = None, store: Store | str | os.PathLike[str] | None = None,
              where: str | None = None, resume: str | None = None, engine: str = "local",
-             address: str | None = None, worker_cpus: float = 0.25, **options: Any) -> Job:
-    """The job `attribute` runs, not yet run (the CLI runs it under its progress bar)."""
+             address: str | None = None, worker_cpus: float = 0.25, job_id: str | None = None,
+             **options: Any) -> Job:
+    """The job `attribute` runs, not yet run (the CLI runs it under its progress bar). `job_id`: a
+    new job's id (default: a random one); a stored job of that id continues (`watch` names its jobs)."""
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise TypeError(f"attribute() got unknown option(s) {', '.join(unknown)}; options are {', '.join(OPTIONS)}")
@@ -135,7 +143,7 @@ def make_job(trace_id_or_ids: str | Sequence[str] | None = None, *, policies: Po
             raise TypeError("resume= runs the job with its own traces and options: give none")
         job = _resumed(store, resume, policies, verifier)
     else:
-        job = _new(store, trace_id_or_ids, where, policies, verifier, options)
+        job = _new(store, trace_id_or_ids, where, policies, verifier, options, job_id)
     if engine != "local" and job.params.in_process:
         raise EngineError(f"--engine {engine} rebuilds the policies and the verifier in its workers from importable "
                           f"paths; the {' and '.join(sorted(job.params.in_process))} given as Python callables "
@@ -168,7 +176,7 @@ def html_writer(store: Store) -> Callable[[dict[str, Any], Path | None], str]:
 
 
 def _new(store: Store, trace_id_or_ids: str | Sequence[str] | None, where: str | None, policies: Policies,
-         verifier: str | Verifier | None, options: dict[str, Any]) -> Job:
+         verifier: str | Verifier | None, options: dict[str, Any], job_id: str | None = None) -> Job:
     if (trace_id_or_ids is None) == (where is None):
         raise TypeError("give trace ids or where=, or resume= a job")
     if verifier is None:
@@ -179,11 +187,65 @@ def _new(store: Store, trace_id_or_ids: str | Sequence[str] | None, where: str |
         raise AttributionError(f"no trace matches --where {where!r}")
     if options.get("redact_rules") is not None:  # a resume reads them from anywhere
         options["redact_rules"] = str(Path(options["redact_rules"]).resolve())
+    if where is not None:  # a batch: a trace that passes is skipped and listed, not the end of the job
+        options.setdefault("skip_unattributable", True)
     registry, spec, named = _registry(policies)
     params = JobParams(ids, verifier, policies=spec, **options)
     if named:
         params.in_process["policies"] = named
-    return Job(store, params, registry)
+    if job_id is None:
+        return Job(store, params, registry)
+    try:
+        created = load_params(store, job_id)[1]  # a stored job goes on under its id
+    except AttributionError:
+        created = time.time_ns()
+    return Job(store, params, registry, job_id=job_id, created_ns=created)
+
+
+def make_watcher(*, policies: Policies = None, verifier: str | Verifier | None = None,
+                 store: Store | str | os.PathLike[str] | None = None, where: str | None = None,
+                 interval_s: float = 30.0, settle_s: float = 10.0, max_policy_calls_per_hour: int | None = None,
+                 batch: int = 100, export: Mapping[str, Any] | None = None,
+                 on_event: Callable[[Event], None] | None = None, clock: Callable[[], int] = time.time_ns,
+                 **options: Any) -> Watcher:
+    """The loop `otel-replay watch` runs (`.run(once=...)`, `.stop()`): new failing traces attributed
+    with `attribute`'s jobs and defaults, once each. `options` are `attribute`'s; `max_policy_calls`
+    caps each job. `export`: keyword arguments of `export_reports` (protocol, endpoint, headers,
+    service_name) to send each result's blame into its trace over OTLP. `clock`: now in epoch ns."""
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise TypeError(f"watch got unknown option(s) {', '.join(unknown)}; options are {', '.join(OPTIONS)}")
+    if verifier is None:
+        raise TypeError("give verifier=: 'pkg.mod:fn', 'contains:TEXT', 'regex:RE', 'json-schema:FILE' or a function")
+    store = store if isinstance(store, Store) else Store(store)
+    name = describe(verifier) if callable(verifier) else verifier
+    # built once: importing a policies module again (as each job would) reruns it (servers, clients)
+    registry, spec, named = _registry(policies)
+    question = fingerprint(name, spec or named, options)  # the per-job cap included: it shapes the results
+    per_job = options.pop("max_policy_calls", None)
+    watch = WatchOptions(build_verifier(verifier), name, question, threshold=options.get("threshold", 0.5),
+                         seed=options.get("seed", 0), where=where, interval_s=interval_s, settle_s=settle_s,
+                         calls_per_hour=max_policy_calls_per_hour, calls_per_job=per_job, batch=batch)
+
+    def job(trace_id: str, job_id: str, limit: int | None) -> Job:
+        made = make_job([trace_id], policies=registry, verifier=verifier, store=store, job_id=job_id,
+                        max_policy_calls=limit, skip_unattributable=True, **options)
+        if spec is not None or (policies is None and not named):  # as `attribute` stores it: a resume rebuilds them
+            made.params.policies = spec
+            made.params.in_process.pop("policies", None)
+        return made
+
+    def send(result: AttributionResult) -> Event:
+        from otel_replay.export.job import export_reports
+        from otel_replay.export.otlp import ExportError
+
+        try:
+            spans = export_reports(store, [result.report()], "otlp", **(export or {}))
+        except ExportError as exc:  # the result stays in the store: `otel-replay export` sends it later
+            return {"event": "export-failed", "trace_id": result.trace_id, "job_id": result.job_id, "reason": str(exc)}
+        return {"event": "exported", "trace_id": result.trace_id, "job_id": result.job_id, "spans": spans}
+
+    return Watcher(store, watch, job, run, send if export is not None else None, on_event, clock)
 
 
 def _resumed(store: Store, job_id: str, policies: Policies, verifier: str | Verifier | None) -> Job:

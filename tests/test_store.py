@@ -60,7 +60,8 @@ def test_views_expose_every_declared_column(tmp_path):
         assert set(schema_of(table).names) <= set(columns)
     assert store.sql("select * from messages limit 0").column_names == ["hash", "kind", "role", "body"]
     assert set(arrow_schemas()) == {"span_rows", "step_rows", "message_rows", "capture_stats", "job_rows",
-                                    "rollout_rows", "result_rows", "report_rows"}
+                                    "rollout_rows", "result_rows", "report_rows", "outcome_rows", "skip_rows",
+                                    "group_links", "budget_rows"}
 
 
 def test_segments_are_atomic_and_a_failed_write_leaves_nothing(tmp_path):

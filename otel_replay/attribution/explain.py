@@ -35,7 +35,9 @@ def _steps(indices: list[int]) -> str:
 
 
 def explain(trajectory: Trajectory, result: AttributionResult, repair: Repair | None,
-            runner: RolloutRunner | None = None) -> dict[str, str]:
+            runner: RolloutRunner | None = None, repair_searched: bool | None = None) -> dict[str, str]:
+    """The four lines; `repair_searched` says whether a repair was looked for (None: unknown, as
+    `repair` is None both when none was searched and when the search found no candidate)."""
     outcome = "succeeded" if result.credit else "failed"
     what = (f"The run {outcome} (verifier score {result.recorded_score:.2f}). Final output: "
             f"{trajectory.final_output[:200]!r}")
@@ -46,7 +48,8 @@ def explain(trajectory: Trajectory, result: AttributionResult, repair: Repair | 
     if result.verdict == "unreplayable":
         return {"what": what, **_unreplayable(trajectory, rows, runner), "causal_trace": ""}
     if result.verdict == "culprit-found" and result.culprit is not None:
-        return {"what": what, **_culprit(result, by_index, repair, band), "causal_trace": _chain(rows, result)}
+        return {"what": what, **_culprit(result, by_index, repair, band, repair_searched),
+                "causal_trace": _chain(rows, result)}
     if result.verdict == "undecided" or result.verdict == "partial":
         return {"what": what, **_undecided(result, by_index, band), "causal_trace": _chain(rows, result)}
     return {"what": what, **_no_culprit(result, rows, band), "causal_trace": _chain(rows, result)}
@@ -59,7 +62,8 @@ def _shapley_row(trajectory: Trajectory, value: Row) -> Row:
             "verdict": value["verdict"], "to_decide": None, "calls_per_rollout": None, "stopped": None}
 
 
-def _culprit(result: AttributionResult, by_index: dict[int, Row], repair: Repair | None, band: str) -> dict[str, str]:
+def _culprit(result: AttributionResult, by_index: dict[int, Row], repair: Repair | None, band: str,
+             repair_searched: bool | None = None) -> dict[str, str]:
     c = by_index.get(result.culprit["index"], result.culprit)  # type: ignore[index]
     verb = "succeeds" if result.credit else "fails"
     later = [r for i, r in sorted(by_index.items()) if i > c["index"] and r["verdict"] in ("locked-in", "protective")]
@@ -85,8 +89,13 @@ def _culprit(result: AttributionResult, by_index: dict[int, Row], repair: Repair
         fix = (f"No candidate output was shown to fix the run (the best failed {100 * repair.fail_rate:.0f}% of "
                f"{repair.rollouts} rollouts{'; undecided' if repair.verdict == 'undecided' else ''}); change step "
                f"{c['index']}'s decision by hand and attribute again.")
+    elif repair_searched:
+        fix = (f"A repair was searched, but no re-decided rollout of step {c['index']} passed, so there was no "
+               f"candidate output to test; change what step {c['index']} decides (its prompt, inputs or tool) by "
+               "hand and attribute again.")
     else:
-        fix = (f"Change what step {c['index']} decides (its prompt, inputs or tool), or search a repair with --repair.")
+        fix = (f"No repair was searched (add --repair to search one). Change what step {c['index']} decides (its "
+               "prompt, inputs or tool).")
     return {"where": where, "why": why, "fix": fix}
 
 

@@ -14,6 +14,12 @@ setting is a job parameter, so a resumed job redacts as it did.
 The verifier (and, through `otel_replay.attribute`, the policies) may be Python callables instead
 of importable specs. Such a job's stored parameters name them (`in_process`), and a resume that
 does not give them again fails saying so: another process cannot import a closure.
+
+A job scores each recorded run before replaying it and stores that outcome (`outcome_rows`). With
+`skip_unattributable` (batch jobs over `--where`, and `watch`), a trace that passes the verifier or
+cannot be replayed is skipped and listed (`skip_rows`) instead of failing the whole job. A job
+stopped before its end (Ctrl-C, SIGTERM, `request_stop`, or a budget it may get more of) is marked
+`interrupted` (or `paused`) and resumes like any other.
 """
 
 from __future__ import annotations
@@ -26,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from otel_replay.attribution import outcomes, verifiers
 from otel_replay.attribution import repair as repair_search
-from otel_replay.attribution import verifiers
 from otel_replay.attribution.contrastive import (
     ContrastiveScan,
     RunnerOutcomes,
@@ -37,7 +43,7 @@ from otel_replay.attribution.contrastive import (
 )
 from otel_replay.attribution.explain import explain
 from otel_replay.attribution.lock import JobLock, JobLocked
-from otel_replay.attribution.plans import Budget, RolloutSpec
+from otel_replay.attribution.plans import Budget, BudgetExhausted, RolloutSpec
 from otel_replay.attribution.result import (
     AttributionResult,
     Explanation,
@@ -69,6 +75,35 @@ class AttributionError(OtelReplayError):
     """The job cannot run: a passing run without --credit, an unknown trace, a bad verifier."""
 
 
+class JobInterrupted(AttributionError):
+    """The job stopped before its end and is resumable: `status` is `interrupted` (asked to stop)
+    or `paused` (the calls it was granted ran out; `watch` grants more later)."""
+
+    def __init__(self, message: str, status: str = "interrupted") -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class StoppableBudget(Budget):
+    """A job's budget that can also be closed: the job is stopping, no policy call starts after."""
+
+    def __init__(self, limit: int | None, spent: int = 0) -> None:
+        super().__init__(limit, spent)
+        self.closed = False
+
+    def take(self) -> None:
+        if self.closed:
+            raise BudgetExhausted("the job is stopping")
+        super().take()
+
+    def close(self) -> None:
+        self.closed = True
+
+    @property
+    def exhausted(self) -> bool:
+        return self.closed or super().exhausted
+
+
 def describe(fn: Any) -> str:
     """A callable's name, `module:qualname`, as a stored job names what it was given."""
     qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
@@ -98,6 +133,7 @@ class JobParams:
     search: str = "scan"  # contrastive search: scan every step backwards, or gallop (blocks, then halves)
     redact: bool = True  # redact policy-made text before it is stored (the built-in detectors) ...
     redact_rules: str | None = None  # ... or with these rules (a YAML or JSON file, as `--redact-rules`)
+    skip_unattributable: bool = False  # skip (and list) a trace that passes or cannot be replayed, not fail the job
     # what was given as Python objects, which a resume must be given again: "verifier" / "policies" -> their names
     in_process: dict[str, str] = field(default_factory=dict)
 
@@ -181,6 +217,15 @@ def new_job_id() -> str:
     return "j" + os.urandom(6).hex()
 
 
+def spent_calls(store: Store, job_id: str) -> int:
+    """Policy calls a job has spent so far (0 for a job not in the store)."""
+    return int(store.named("job_spent", [job_id, job_id])[0][0])
+
+
+def resume_hint(job_id: str) -> str:
+    return f"continue it with: otel-replay attribute --resume {job_id}"
+
+
 @dataclass(slots=True)
 class JobProgress:
     rollouts: int = 0
@@ -206,8 +251,11 @@ class Job:
         self.verifier = build_verifier(self.params.verifier)
         self.redactor = build_redactor(self.params.redact, self.params.redact_rules)
         self.progress = JobProgress()
-        self.budget = Budget(self.params.max_policy_calls)
+        self.budget = StoppableBudget(self.params.max_policy_calls)
         self.errored = 0  # rollouts whose policy raised or timed out (stored, never scored)
+        self.skipped: dict[str, str] = {}  # trace -> why it was skipped (skip_unattributable)
+        self.pause_when_spent = False  # a spent budget pauses the job (more calls may come) instead of ending it
+        self._stop_reason: str | None = None
         self._pending: list[dict[str, Any]] = []
         self._rows_lock = threading.Lock()  # rows arrive from the executor's threads
         self._flushed_at = time.monotonic()
@@ -233,21 +281,35 @@ class Job:
                 self._state("running")  # the calls spent so far, for a resume after a crash
         if self.on_progress:
             self.on_progress(self.progress)
+        self._check_stop()
 
     def _flush(self) -> None:
         rows, self._pending = self._pending, []
         self._flushed_at = time.monotonic()
         write_rows(self.store.root, "rollout_rows", rows)
 
-    def _spent_before(self, done: dict[tuple[str, str, int], dict[str, Any]]) -> int:
-        """Policy calls a previous run of this job spent: its stored rollouts' calls, or its last state's
-        count when higher (that one also counts calls of rollouts the budget cut short)."""
-        con = self.store.connect()
-        try:
-            state = con.sql(queries.query("job_state"), params=[self.job_id]).to_arrow_table().to_pylist()
-        finally:
-            con.close()
-        return max([sum(r["policy_calls"] for r in done.values()), *(s["policy_calls"] for s in state)])
+    def request_stop(self, reason: str = "stopped") -> None:
+        """Stop the job soon, from any thread or a signal handler: no policy call starts after this, the
+        calls in flight finish, their rollouts are kept, and `run` raises JobInterrupted (resumable)."""
+        self._stop_reason = reason
+        self.budget.close()
+
+    def _check_stop(self) -> None:
+        if self._stop_reason is not None:
+            raise JobInterrupted(f"job {self.job_id} {self._stop_reason}; {resume_hint(self.job_id)}")
+        if self.pause_when_spent and self.budget.exhausted:
+            raise JobInterrupted(f"job {self.job_id} paused: the {self.budget.limit} policy calls it was granted "
+                                 f"are spent; it resumes when more are granted", status="paused")
+
+    def _skip(self, trace_id: str, reason: str) -> None:
+        """Skip a trace of a batch: listed in `skip_rows` (once), the job goes on."""
+        if trace_id not in self.skipped:
+            write_rows(self.store.root, "skip_rows", [{"job_id": self.job_id, "trace_id": trace_id, "reason": reason,
+                                                      "skipped_ns": time.time_ns()}])
+        self.skipped[trace_id] = reason
+
+    def _stored_skips(self) -> dict[str, str]:
+        return dict(self.store.named("job_skips", [self.job_id]))
 
     def _finished_rollouts(self) -> dict[tuple[str, str, int], dict[str, Any]]:
         con = self.store.connect()
@@ -273,29 +335,42 @@ class Job:
 
     def _run(self) -> list[AttributionResult]:
         done = self._finished_rollouts()
-        self.budget.spent = self._spent_before(done)
+        self.budget.spent = spent_calls(self.store, self.job_id)
         self.progress.rollouts = len(done)
         self.errored = sum(1 for r in done.values() if r.get("errored"))
+        self.skipped = self._stored_skips() if self.params.skip_unattributable else {}
         self._state("running")
         results = []
         try:
             for trace_id in self.params.trace_ids:
+                self._check_stop()
                 self.progress.trace = trace_id
-                runner = RolloutRunner(self.job_id, self.registry, self.verifier, self.params.threshold,
-                                       self.params.seed, self.params.concurrency, self.budget, self.params.credit,
-                                       on_row=self._on_row, policy_timeout_s=self.params.policy_timeout_s,
-                                       executor=self.executor, redactor=self.redactor)
-                runner.done = {k: v for k, v in done.items() if k[0] == trace_id}
-                results.append(self.attribute(self.store.trajectory(trace_id), runner))
+                if trace_id not in self.skipped:
+                    runner = RolloutRunner(self.job_id, self.registry, self.verifier, self.params.threshold,
+                                           self.params.seed, self.params.concurrency, self.budget, self.params.credit,
+                                           on_row=self._on_row, policy_timeout_s=self.params.policy_timeout_s,
+                                           executor=self.executor, redactor=self.redactor)
+                    runner.done = {k: v for k, v in done.items() if k[0] == trace_id}
+                    result = self.attribute(self.store.trajectory(trace_id), runner)
+                    if result is not None:
+                        results.append(result)
                 self.progress.traces_done += 1
                 self._flush()
                 self._state("running")
+        except (KeyboardInterrupt, JobInterrupted) as exc:  # resumable: not a failure
+            self._flush()
+            status = exc.status if isinstance(exc, JobInterrupted) else "interrupted"
+            self._state(status, str(exc) if isinstance(exc, JobInterrupted)
+                        else f"interrupted (Ctrl-C); {resume_hint(self.job_id)}")
+            raise
         except BaseException as exc:
             self._flush()
             self._state("failed", f"{type(exc).__name__}: {exc}"[:500])
             raise
         status = "partial" if self.budget.exhausted else "done"
-        notes = [summary(results)]
+        notes = [summary(results)] if results or not self.skipped else []
+        if self.skipped:
+            notes.append(f"{len(self.skipped)} skipped (see: otel-replay jobs --skipped --job {self.job_id})")
         if status == "partial":
             notes.append(f"the budget of {self.params.max_policy_calls} policy calls ran out")
         if self.errored:
@@ -304,19 +379,31 @@ class Job:
         self._state(status, "; ".join(notes) or None)
         return results
 
-    def attribute(self, trajectory: Trajectory, runner: RolloutRunner) -> AttributionResult:
+    def attribute(self, trajectory: Trajectory, runner: RolloutRunner) -> AttributionResult | None:
+        """One trace's result (written to the store); None when the job skips the trace."""
         p = self.params
         factual = runner.run(trajectory, [RolloutSpec(ReplayPlan.factual(), None, "factual", 0)])
+        self._check_stop()
         if not factual or factual[0]["failed"] is None:  # unreplayable, or its policy errored
-            raise AttributionError(f"trace {trajectory.trace_id} cannot be replayed factually: "
-                                   f"{factual[0]['reason'] if factual else 'budget exhausted'}")
+            why = (f"cannot be replayed factually: {factual[0]['reason']}" if factual else
+                   f"not attributed: the budget of {p.max_policy_calls} policy calls ran out before this trace")
+            if factual:
+                self._outcome(trajectory, None, why)
+            if p.skip_unattributable:
+                self._skip(trajectory.trace_id, why)
+                return None
+            raise AttributionError(f"trace {trajectory.trace_id} {why}")
         recorded_score = factual[0]["score"]
+        self._outcome(trajectory, recorded_score)
         if not factual[0]["failed"]:
+            said = (f"{'failed' if p.credit else 'passed'} the verifier (score {recorded_score:.2f}, threshold "
+                    f"{p.threshold})")
+            if p.skip_unattributable:
+                self._skip(trajectory.trace_id, said)
+                return None
             raise AttributionError(
-                f"trace {trajectory.trace_id} {'failed' if p.credit else 'passed'} the verifier (score "
-                f"{recorded_score:.2f}, threshold {p.threshold}); attributing a "
-                f"{'failing' if p.credit else 'passing'} run is an error"
-                + ("" if p.credit else " (use --credit to find which step secured the success)"))
+                f"trace {trajectory.trace_id} {said}; attributing a {'failing' if p.credit else 'passing'} run is "
+                "an error" + ("" if p.credit else " (use --credit to find which step secured the success)"))
         resamplable = [s.index for s in trajectory.steps if runner.can_resample(trajectory, s.index)]
         fixed = {s.index: "observation-only" if s.observation_only else "no policy"
                  for s in trajectory.steps if s.index not in resamplable}
@@ -351,9 +438,16 @@ class Job:
             sequential=p.rollouts is None, max_rollouts=p.rollouts or p.max_rollouts, tests=scan.design.tests,
             candidates=list(finding.candidates), untested=list(finding.untested),
             budget_exhausted=self.budget.exhausted, max_policy_calls=p.max_policy_calls, shapley=shapley)
-        result.explanation = Explanation(explain(trajectory, result, repair, runner))
+        result.explanation = Explanation(explain(trajectory, result, repair, runner, repair_searched=p.repair))
+        self._check_stop()  # a stopped job writes no result from a scan its stop cut short
         self._write_results(trajectory, result)
         return result
+
+    def _outcome(self, trajectory: Trajectory, score: float | None, reason: str | None = None) -> None:
+        """The recorded run's outcome under this job's verifier, for `traces --failed` and `watch`."""
+        name = self.params.in_process.get("verifier") or str(self.params.verifier)
+        row = outcomes.outcome_row(trajectory, name, score, self.params.threshold, "attribute", self.job_id, reason)
+        outcomes.write(self.store, [row])
 
     def _lead(self, trajectory: Trajectory, est: StepEstimate) -> None:
         if est.estimate is not None:

@@ -206,10 +206,10 @@ class OtlpReceiver:
 
     def _replay_through_workers(self, record: WalRecord) -> None:
         got = self.workers.receive(record.signal, record.body, record.as_json, replay=True)  # type: ignore[union-attr]
-        self.replayed.replayed_requests += 1
-        self.replayed.replayed_records += got.records - got.refused
-        if got.refused:
+        if got.refused:  # all or none, as for a request: `retrying` sends it again
             raise RequestError(503, grpc.StatusCode.RESOURCE_EXHAUSTED, "a worker's queue is full", retry=True)
+        self.replayed.replayed_requests += 1
+        self.replayed.replayed_records += got.records
 
     def _cannot_listen(self, what: str, where: str, why: str, flag: str) -> NoReturn:
         self.stop(5)
@@ -299,7 +299,7 @@ class OtlpReceiver:
             self.check_store()
             if self.durable is None:
                 return self.ingest(signal, *decode_body(signal, body, as_json))
-            with self.durable.logging(signal, body, as_json) as logged:  # written and fsynced while decoding
+            with self.durable.log_body(signal, body, as_json) as logged:  # written and fsynced while decoding
                 records, errors = decode_body(signal, body, as_json)
                 if records:
                     logged()  # 503 if the log could not be written

@@ -120,12 +120,12 @@ class DurableIngest:
         self._catalog_at = 0.0
         self._catalog_lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="otel-replay-wal", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="otel-replay-wal-maintenance", daemon=True)
         self._thread.start()
 
     # -- the request path ----------------------------------------------------------------------
     @contextlib.contextmanager
-    def logging(self, signal: str, body: bytes | memoryview, as_json: bool) -> Iterator[Callable[[], None]]:
+    def log_body(self, signal: str, body: bytes | memoryview, as_json: bool) -> Iterator[Callable[[], None]]:
         """Hand the body to the log at once (it is written and fsynced while the block decodes it);
         the block calls the `wait` it gets before it queues records: StoreUnwritable (503) if the
         body may not be on disk. On leaving, the body has been written or given up."""
@@ -148,7 +148,7 @@ class DurableIngest:
     def logged(self, signal: str, body: bytes | memoryview, as_json: bool) -> Iterator[None]:
         """Log the body (fsynced) before the block queues its records; StoreUnwritable (503) if it
         cannot be."""
-        with self.logging(signal, body, as_json) as wait:
+        with self.log_body(signal, body, as_json) as wait:
             wait()
             yield
 
@@ -222,11 +222,11 @@ class DurableIngest:
     def _run(self) -> None:
         while not self._stop.wait(TICK_S):
             try:
-                self.tick()
+                self._tick()
             except Exception as exc:  # noqa: BLE001 - the log keeps its segments; the next tick tries again
                 logger.warning("otel-replay collect: write-ahead log maintenance failed (%r); retrying", exc)
 
-    def tick(self) -> None:
+    def _tick(self) -> None:
         """Seal an old segment, remove those the store now holds, replay those the writer lost."""
         self.wal.seal(self.seal_after_s)
         self._take_sealed()
@@ -288,7 +288,11 @@ class DurableIngest:
         """Stop the maintenance, seal the log, write what was queued and remove what is stored;
         True if nothing is left (else the directory stays for the next start to replay)."""
         self._stop.set()
-        self._thread.join(max(timeout_s, 1.0))
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():  # stuck in a flush: keep every segment for the next start to replay
+            self.wal.close()
+            self.wal.release_lock()
+            return False
         if self._lost_segments and not self.processor.stats.get("store_error"):
             self._replay_lost()  # through the log, so the final flush below covers them
         self.wal.close()

@@ -138,7 +138,7 @@ def _receive(processor: ReplayProcessor, signal_name: str, body: bytes | memoryv
              part: tuple[int, int], ingest: DurableIngest | None = None, replay: bool = False) -> tuple[Any, ...]:
     try:
         StoreUnwritable.check(processor.stats.get("store_error"))  # before decoding: nothing of it is kept
-        with ingest.logging(signal_name, body, as_json) if ingest else contextlib.nullcontext() as logged:
+        with ingest.log_body(signal_name, body, as_json) if ingest else contextlib.nullcontext() as logged:
             records, errors = decode_body(signal_name, body, as_json, part)  # while the log writes and syncs
             if replay and ingest is not None:  # a dead receiver's log: what the store holds already is skipped
                 records = ingest.unstored(signal_name, records)

@@ -41,6 +41,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "status": ("maintenance", "status",
                "Store location, segment and row counts, and what capture dropped or skipped."),
     "traces": ("traces", "traces", "List traces, newest first: steps, model and tool calls, status, tokens."),
+    "watch": ("watch", "watch",
+              "Attribute new failing traces as they arrive, once each, within a policy-call budget."),
 }
 
 

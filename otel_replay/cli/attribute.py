@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from otel_replay.api import make_job, run
 from otel_replay.attribution import AttributionError, AttributionResult, Job, VerifierError
 from otel_replay.attribution.executors import ENGINES, EngineError
-from otel_replay.attribution.job import select_traces
+from otel_replay.attribution.job import JobInterrupted, resume_hint, select_traces
 from otel_replay.attribution.result import Explanation
 from otel_replay.attribution.sequential import DEFAULT_ALPHA, DEFAULT_EPSILON, DEFAULT_MAX_ROLLOUTS
 from otel_replay.cli.output import (
@@ -58,14 +62,41 @@ def run_job(store: Store, job: Job) -> list[AttributionResult]:
                                                description=f"trace {p.trace[:8]}")
         click.echo(f"job {job.job_id} (if interrupted, continue it with --resume {job.job_id})", err=True)
         try:
-            with writing_to(store):
+            with writing_to(store), stopping_on_signals(lambda name: job.request_stop(f"interrupted ({name})")):
                 results = run(job)
+        except (JobInterrupted, KeyboardInterrupt):
+            bar.stop()
+            click.echo(f"interrupted: job {job.job_id} keeps the rollouts it ran; {resume_hint(job.job_id)}", err=True)
+            raise click.exceptions.Exit(130) from None
         except (AttributionError, VerifierError) as exc:
             raise click.ClickException(str(exc)) from exc
     if job.errored:
         click.echo(f"warning: {job.errored} rollouts errored (a policy raised or timed out) and were left out of the "
                    "estimates; see: otel-replay sql \"select reason from rollouts where errored\"", err=True)
     return results
+
+
+@contextlib.contextmanager
+def stopping_on_signals(stop: Callable[[str], None]) -> Iterator[None]:
+    """Ctrl-C (SIGINT) and SIGTERM call `stop` with the signal's name: the job stops at its next
+    checkpoint, resumable. A second Ctrl-C raises KeyboardInterrupt at once (still resumable)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    asked: list[int] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        asked.append(signum)
+        if signum == signal.SIGINT and asked.count(signal.SIGINT) > 1:
+            raise KeyboardInterrupt
+        stop(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, old in previous.items():
+            signal.signal(number, old)
 
 
 def console_err() -> Any:
@@ -248,6 +279,13 @@ def attribute(store: Store, trace_ids: tuple[str, ...], where: str | None, resum
     reports = [r.report() for r in results]
     for report in reports:
         print_result(store, report)
+    for trace_id, reason in job.skipped.items():
+        echo(f"skipped {trace_id}: {reason}")
+    if job.skipped:
+        click.echo(f"{len(job.skipped)} trace(s) skipped; list them again with: otel-replay jobs --skipped --job "
+                   f"{job.job_id}")
+    if not reports:
+        return
     write_outputs(store, reports, json_path, html_path, trace_url)
     if export_to:
         from otel_replay.export.job import export_reports
@@ -261,17 +299,26 @@ def attribute(store: Store, trace_ids: tuple[str, ...], where: str | None, resum
 
 
 @click.command(cls=StoreCommand)
-@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1), help="Newest jobs shown.")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(min=1), help="Newest rows shown.")
+@click.option("--skipped", is_flag=True, help="The traces jobs skipped (passing, or not replayable), with the reason.")
+@click.option("--job", "job_id", help="With --skipped: only this job's.")
 @output_options
 @click.pass_obj
-def jobs(store: Store, limit: int, as_json: bool, as_csv: bool) -> None:
-    """Attribution jobs with their status, progress and policy calls spent."""
+def jobs(store: Store, limit: int, skipped: bool, job_id: str | None, as_json: bool, as_csv: bool) -> None:
+    """Attribution jobs with their status, progress and policy calls spent.
+
+    Status: running, done, partial (its budget ran out), interrupted (Ctrl-C, SIGTERM: resume it),
+    paused (a watcher's hourly budget ran out: it resumes it), failed.
+    """
     con = store.connect()
     try:
-        rows = con.sql(queries.query("list_jobs"), params=[limit]).to_arrow_table()
+        if skipped:
+            rows = con.sql(queries.query("list_skipped"), params=[job_id, job_id, limit]).to_arrow_table()
+        else:
+            rows = con.sql(queries.query("list_jobs"), params=[limit]).to_arrow_table()
     finally:
         con.close()
-    print_rows(rows, as_json=as_json, as_csv=as_csv, title="attribution jobs")
+    print_rows(rows, as_json=as_json, as_csv=as_csv, title="skipped traces" if skipped else "attribution jobs")
 
 
 @click.command(cls=StoreCommand)

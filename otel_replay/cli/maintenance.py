@@ -28,6 +28,9 @@ def status(store: Store) -> None:
         click.echo(line + (f" (+{len(old)} replaced by a compaction, deleted when it finishes)" if old else ""))
     (spans, steps, messages, traces), = store.named("table_counts")
     click.echo(f"rows: {traces} traces, {spans} spans, {steps} steps, {messages} distinct payloads")
+    (scored, failed, unscored, errors), = store.named("outcome_counts")
+    click.echo(f"failures: {errors} traces with a span error; {failed} of {scored} traces scored by a verifier "
+               f"(attribute, watch) failed it" + (f", {unscored} could not be scored" if unscored else ""))
     for host, pid, _, accepted, dropped, skipped, reasons in store.named("capture_health_rows"):
         line = f"capture {host}/{pid}: accepted {accepted}, dropped (queue full) {dropped}, skipped {skipped}"
         echo(line + (f" {json.loads(reasons)}" if skipped else ""))  # as recorded by each process: visible

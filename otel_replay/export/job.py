@@ -55,7 +55,7 @@ def export_reports(store: Store, reports: list[dict[str, Any]], to: str, *, out:
         spans = blame_spans(report, root, service_name, payloads)
         blame_total += len(spans)
         if to == "otlp":
-            send(spans, protocol, endpoint, headers)
+            send(spans, protocol, endpoint, headers, job_id=report.get("job_id"))
         else:
             everything += files.records(rows, spans)
     if to != "otlp":

@@ -148,3 +148,50 @@ CREATE TABLE report_rows (
     written_ns        BIGINT NOT NULL,
     report            VARCHAR NOT NULL   -- JSON, schemas/attribution-report.schema.json
 );
+
+-- What a verifier said of a recorded run: `attribute` scores the run before replaying it, `watch`
+-- scores new traces to find the failures. The `outcomes` view keeps the latest per trace and verifier.
+CREATE TABLE outcome_rows (
+    trace_id          VARCHAR NOT NULL,
+    verifier          VARCHAR NOT NULL,  -- its spec (contains:TEXT, regex:RE, pkg.mod:fn, ...) or a callable's module:name
+    score             DOUBLE,            -- in [0, 1]; NULL when the run could not be scored (see reason)
+    threshold         DOUBLE NOT NULL,
+    passed            BOOLEAN,           -- score >= threshold; NULL when not scored
+    signature         VARCHAR,           -- JSON [root name, failing step name, final-output hash]: identical failures share it
+    source            VARCHAR NOT NULL,  -- attribute, watch
+    job_id            VARCHAR,           -- the job that scored it (NULL: a watcher's check)
+    reason            VARCHAR,           -- why the run was not scored
+    scored_ns         BIGINT NOT NULL
+);
+
+-- Traces a job skipped, and why: a batch job's trace that passes the verifier or cannot be replayed.
+CREATE TABLE skip_rows (
+    job_id            VARCHAR NOT NULL,
+    trace_id          VARCHAR NOT NULL,
+    reason            VARCHAR NOT NULL,
+    skipped_ns        BIGINT NOT NULL
+);
+
+-- `watch` groups identical failures (one outcome signature): one representative per group and
+-- interval is attributed; the group's other traces link to its result.
+CREATE TABLE group_links (
+    trace_id          VARCHAR NOT NULL,
+    representative    VARCHAR NOT NULL,  -- the trace attributed for the group (the trace itself on its own row)
+    job_id            VARCHAR NOT NULL,  -- the representative's job: its results and report
+    signature         VARCHAR NOT NULL,
+    role              VARCHAR NOT NULL,  -- representative, member
+    linked_ns         BIGINT NOT NULL
+);
+
+-- The policy-call ledger of `watch --max-policy-calls-per-hour`: a row when a job is granted calls,
+-- another when it stops; the latest row of a grant wins.
+CREATE TABLE budget_rows (
+    ledger            VARCHAR NOT NULL,
+    grant_id          VARCHAR NOT NULL,
+    job_id            VARCHAR NOT NULL,
+    granted           BIGINT NOT NULL,
+    spent             BIGINT,            -- NULL while the job runs (its grant then counts in full)
+    granted_ns        BIGINT NOT NULL,
+    ended_ns          BIGINT,            -- NULL while the job runs
+    written_ns        BIGINT NOT NULL
+);

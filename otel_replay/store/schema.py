@@ -16,7 +16,8 @@ import pyarrow as pa
 
 from otel_replay.errors import OtelReplayError
 
-TABLES = ("span_rows", "step_rows", "message_rows", "capture_stats", "job_rows", "rollout_rows", "result_rows", "report_rows")
+TABLES = ("span_rows", "step_rows", "message_rows", "capture_stats", "job_rows", "rollout_rows", "result_rows", "report_rows",
+          "outcome_rows", "skip_rows", "group_links", "budget_rows")
 
 _TYPES: dict[str, pa.DataType] = {
     "VARCHAR": pa.string(),

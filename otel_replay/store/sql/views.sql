@@ -280,3 +280,10 @@ CREATE OR REPLACE TEMP VIEW reports AS
 SELECT * EXCLUDE (rn) FROM (
     SELECT *, row_number() OVER (PARTITION BY job_id, trace_id ORDER BY written_ns DESC) AS rn FROM report_rows
 ) WHERE rn = 1;
+
+-- name: outcomes
+-- Each trace's latest outcome under each verifier (`attribute` and `watch` write outcome_rows).
+CREATE OR REPLACE TEMP VIEW outcomes AS
+SELECT * EXCLUDE (rn) FROM (
+    SELECT *, row_number() OVER (PARTITION BY trace_id, verifier ORDER BY scored_ns DESC) AS rn FROM outcome_rows
+) WHERE rn = 1;
