@@ -5,8 +5,9 @@ A benchmark page shows the table `otel-replay bench NAME` printed, followed by a
     Table format `NAME:0123456789ab`: the stamp of the code that printed this table (...).
 
 The stamp is a hash of the code that prints the table: the bench's `format_*_table` function and
-every function, class and constant of `otel_replay.bench` it reaches (its helpers, the notes under
-the table, the constants in its headers), read from the source with `ast`, so comments, docstrings
+every function, class and constant of the `benchmarks` package (the repository's benchmarks/
+directory) it reaches (its helpers, the notes under the table, the constants in its headers), read
+from the source with `ast`, keyed by module name within that package, so comments, docstrings
 and layout do not count and nothing is imported or run. tests/test_docs.py recomputes the stamps:
 when the printing code changes, the page's stamp no longer matches and the test names the bench
 to rerun. Changes to what a bench measures but not to how it prints are not caught (that would
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGE = "otel_replay.bench"
+PACKAGE = "benchmarks"
 
 
 def benchmarks() -> dict[str, tuple[str, str]]:
@@ -89,7 +90,7 @@ def stamp(name: str, read: Callable[[str], str] | None = None) -> str:
         seen.add(key)
         mod_name, symbol = key
         if mod_name not in modules:
-            modules[mod_name] = _Module(read(f"otel_replay/bench/{mod_name}.py"))
+            modules[mod_name] = _Module(read(f"benchmarks/{mod_name}.py"))
         mod = modules[mod_name]
         if symbol in mod.imports:
             todo.append(mod.imports[symbol])

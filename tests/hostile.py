@@ -10,7 +10,7 @@ import json
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from otel_replay.testing import fuzz_seeds
+from tests.harness import fuzz_seeds
 
 PROPERTY = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 TIME_BOUND_S = 5.0  # per input; every input here is a few KB

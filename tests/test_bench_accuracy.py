@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from otel_replay.attribution import Job, JobParams
-from otel_replay.bench.accuracy import (
+from benchmarks.accuracy import (
     PROFILE_ROLLOUTS,
     SEARCH,
     TARGETS,
@@ -22,7 +21,8 @@ from otel_replay.bench.accuracy import (
     max_magnitude_profile,
     summarize,
 )
-from otel_replay.bench.accuracy_anchors import agent_replay_module
+from benchmarks.accuracy_anchors import agent_replay_module
+from otel_replay.attribution import Job, JobParams
 from otel_replay.store import queries
 from otel_replay.testing import SimulatedModelServer
 from otel_replay.testing.planted import TOPOLOGIES, planted_registry, record_planted, replay_model

@@ -7,9 +7,8 @@ import math
 
 import pytest
 
-from otel_replay import ReplayPlan, replay
-from otel_replay.bench import attribution as bench
-from otel_replay.bench.attribution import (
+from benchmarks import attribution as bench
+from benchmarks.attribution import (
     ANCHOR_INSTALL,
     STEP_COUNTS,
     PlantedAgent,
@@ -20,6 +19,7 @@ from otel_replay.bench.attribution import (
     run_attribution_bench,
     store_agent,
 )
+from otel_replay import ReplayPlan, replay
 from otel_replay.trajectory import Store
 
 
@@ -128,7 +128,7 @@ def test_the_agent_replay_agent_is_the_same_agent():
     ar = anchor_module()
     if ar is None:
         pytest.skip(f"agent_replay is not installed ({ANCHOR_INSTALL})")
-    from otel_replay.bench.attribution import USER, Counter, anchor_agent, anchor_verifier
+    from benchmarks.attribution import USER, Counter, anchor_agent, anchor_verifier
 
     for steps in STEP_COUNTS:
         agent = PlantedAgent.of(steps)

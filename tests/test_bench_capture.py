@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from otel_replay.bench.capture import METRICS, format_capture_table, run_capture_bench
+from benchmarks.capture import METRICS, format_capture_table, run_capture_bench
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from otel_replay.bench.imports import run_import_bench
+from benchmarks.imports import run_import_bench
 from otel_replay.cli import main as cli
 
 

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from otel_replay.bench.receiver import (
+from benchmarks.receiver import (
     DURABLE_METRICS,
     METRICS,
     format_receiver_table,

@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 from click.testing import CliRunner
 
-from otel_replay.bench.reliability import (
+from benchmarks.reliability import (
     FLOOD_RSS_BOUND,
     QUICK,
     format_reliability_table,

@@ -6,8 +6,7 @@ import math
 
 import pytest
 
-from otel_replay import ReplayPlan, replay
-from otel_replay.bench.replay import (
+from benchmarks.replay import (
     ANCHOR_INSTALL,
     MODES,
     STEP_COUNTS,
@@ -18,6 +17,7 @@ from otel_replay.bench.replay import (
     instant_policies,
     run_replay_bench,
 )
+from otel_replay import ReplayPlan, replay
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def test_anchor_agent_is_equivalent_when_agent_replay_is_installed():
     ar = anchor_module()
     if ar is None:
         pytest.skip(f"agent_replay is not installed ({ANCHOR_INSTALL})")
-    from otel_replay.bench.replay import USER, _anchor_case, anchor_agent, recorded_result
+    from benchmarks.replay import USER, _anchor_case, anchor_agent, recorded_result
 
     agent = Agent.of(6)
     traj = ar.record(anchor_agent(agent, recorded_result), {"question": USER["parts"][0]["content"]},

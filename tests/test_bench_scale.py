@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from otel_replay.bench.scale_store import (
+from benchmarks.scale_store import (
     DAY,
     SPANS_PER_TRACE,
     build_store,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from otel_replay.bench.whowhen import (
+from benchmarks.whowhen import (
     QUICK_LOGS,
     SUBSETS,
     default_dataset,

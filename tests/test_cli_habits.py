@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from otel_replay.testing.torn import otlp_file
+from tests.harness.torn import otlp_file
 from tests.helpers import REPO
 
 CLI = [sys.executable, "-c", "import sys; from otel_replay.cli import main; sys.argv[0] = 'otel-replay'; main()"]

@@ -38,7 +38,7 @@ from otel_replay import Store
 from otel_replay.capture.receiver import OtlpReceiver
 from otel_replay.capture.wal import WAL_DIR, SegmentReader, WriteAheadLog, new_owner_dir
 from otel_replay.normalize.content import DETAILS_EVENT
-from otel_replay.testing.workload import user_namespaces
+from tests.harness.workload import user_namespaces
 from tests.helpers import REPO, chat_attributes
 
 SPANS_PER_REQUEST = 4

@@ -13,7 +13,7 @@ import pytest
 from otel_replay import Store
 from otel_replay.store.layout import write_segment
 from otel_replay.store.schema import schema_of
-from otel_replay.testing.crashes import (
+from tests.harness.crashes import (
     concurrent_reads,
     crash_trial,
     run_crash_trials,

@@ -138,10 +138,10 @@ def test_each_benchmark_page_shows_a_table_printed_by_the_current_bench_code(nam
 
 def test_the_stamp_follows_the_table_code_and_nothing_else():
     module, function = BENCH.benchmarks()["replay"]
-    source = (REPO / "otel_replay" / "bench" / f"{module}.py").read_text(encoding="utf-8")
+    source = (REPO / "benchmarks" / f"{module}.py").read_text(encoding="utf-8")
 
     def read(changed: str):
-        return lambda path: changed if path == f"otel_replay/bench/{module}.py" else (REPO / path).read_text()
+        return lambda path: changed if path == f"benchmarks/{module}.py" else (REPO / path).read_text()
 
     assert BENCH.stamp("replay", read(source)) == BENCH.stamp("replay")
     commented = source.replace(f"def {function}(", f"# a comment\ndef {function}(", 1)

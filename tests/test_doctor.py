@@ -16,7 +16,7 @@ from otel_replay import ReplayProcessor, Store
 from otel_replay.cli import main as cli
 from otel_replay.store.doctor import doctor, forget_damage
 from otel_replay.store.location import StoreLocation
-from otel_replay.testing.corruption import corruption_trials
+from tests.harness.corruption import corruption_trials
 from tests.helpers import chat_attributes, provider_with
 
 FLUSHES = 4

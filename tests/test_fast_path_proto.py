@@ -21,7 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from otel_replay.bench.spans import SeededText, SyntheticSpans
+from benchmarks.spans import SeededText, SyntheticSpans
 from otel_replay.capture.receiver_decode import decode_body
 from otel_replay.normalize.sources import otlp_proto
 from otel_replay.normalize.sources.errors import SourceError

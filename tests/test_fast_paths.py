@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from otel_replay.bench.imports import _trace, otlp_request
+from benchmarks.imports import _trace, otlp_request
 from otel_replay.normalize.conventions import ADAPTERS
 from otel_replay.normalize.conventions.base import (
     as_int,
@@ -224,7 +224,7 @@ def test_base_step_fills_the_shared_fields_as_first_and_as_str_define_them():
 
 
 def test_bench_spans_written_to_a_file_import_with_nothing_skipped(tmp_path: Path):
-    from otel_replay.bench.imports import write_otlp_json
+    from benchmarks.imports import write_otlp_json
     from otel_replay.normalize.sources.files import read
 
     path = tmp_path / "input.json"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from otel_replay.testing.forking import fork_trial
+from tests.harness.forking import fork_trial
 
 
 def _trials(tmp_path, seeds: range) -> list[dict]:

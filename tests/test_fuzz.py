@@ -2,7 +2,7 @@
 own subprocess for 15 s: no crash, no input over the time bound, no process over the memory bound.
 
 Needs the `fuzz` extra (`pip install 'otel-replay[fuzz]'`). A crash leaves its input in the
-reported workdir; replay it with `python -m otel_replay.testing.fuzzing TARGET CRASH_FILE`.
+reported workdir; replay it with `python -m tests.harness.fuzzing TARGET CRASH_FILE`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from otel_replay.testing import fuzzing
+from tests.harness import fuzzing
 
 SECONDS_PER_TARGET = 15
 
@@ -40,7 +40,7 @@ def test_without_atheris_fuzzing_says_what_to_install(monkeypatch):
 def test_every_target_accepts_its_own_seeds(tmp_path):
     """The seed corpora are valid input: each runs through its target without a failure (so a
     crash in the fuzz run is a finding, not a broken seed)."""
-    from otel_replay.testing import fuzz_seeds
+    from tests.harness import fuzz_seeds
     for name in fuzzing.TARGETS:
         run = fuzzing.target(name, tmp_path / name)
         seeds = fuzz_seeds.corpus(name)
@@ -54,7 +54,7 @@ def test_a_fuzzer_that_cannot_start_is_a_harness_failure_said_plainly_and_retrie
     temp directory) while the fuzzer started, so libFuzzer found no corpus and exited. That is not a
     crash; the harness says why and starts the target again."""
     pytest.importorskip("atheris")
-    from otel_replay.testing import fuzz_seeds
+    from tests.harness import fuzz_seeds
 
     workdir = tmp_path / "work"
     last_seed = workdir / "corpus" / f"seed-{len(fuzz_seeds.corpus('receiver_json')) - 1:03d}"

@@ -31,7 +31,7 @@ from otel_replay.normalize.sources import files, whowhen
 from otel_replay.normalize.sources.errors import SourceError
 from otel_replay.normalize.sources.ids import BadId
 from otel_replay.store.ingest import ingest
-from otel_replay.testing.fuzzing import assert_storable
+from tests.harness.fuzzing import assert_storable
 from tests.helpers import REPO, chat_attributes
 from tests.hostile import (
     HOSTILE_VALUES,

@@ -21,8 +21,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from otel_replay import Store
 from otel_replay.capture.receiver import OtlpReceiver
 from otel_replay.capture.receiver_decode import LOGS, TRACES, RequestError, decode_body
-from otel_replay.testing import fuzz_seeds
-from otel_replay.testing.fuzzing import assert_storable
+from tests.harness import fuzz_seeds
+from tests.harness.fuzzing import assert_storable
 from tests.helpers import chat_attributes
 from tests.hostile import (
     PROPERTY,

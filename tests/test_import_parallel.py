@@ -7,8 +7,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from benchmarks.imports import _trace, write_otlp_json
 from otel_replay import Store
-from otel_replay.bench.imports import _trace, write_otlp_json
 from otel_replay.cli import main as cli
 from otel_replay.normalize.records import LogEvent, SpanRecord
 from otel_replay.store.ingest_parallel import (

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from benchmarks.imports import _trace, otlp_request, write_otlp_json
 from otel_replay import Store
-from otel_replay.bench.imports import _trace, otlp_request, write_otlp_json
 from otel_replay.cli import main as cli
 from otel_replay.normalize.content import DETAILS_EVENT
 from otel_replay.normalize.records import partition_of

@@ -35,7 +35,7 @@ from otel_replay import Store
 from otel_replay.capture.receiver import OtlpReceiver
 from otel_replay.capture.receiver_decode import LOGS, TRACES, decode_body
 from otel_replay.capture.receiver_http import MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT
-from otel_replay.testing.receiver_faults import (
+from tests.harness.receiver_faults import (
     AUTH,
     LOGS_METHOD,
     TOKEN,
@@ -254,7 +254,7 @@ def test_a_body_that_is_not_otlp_is_still_refused_whole():
 
 
 # -- 4. a store that cannot be written ---------------------------------------------------------------
-# `Collect` (otel_replay.testing.receiver_faults) runs the real `otel-replay collect --token` in a child
+# `Collect` (tests.harness.receiver_faults) runs the real `otel-replay collect --token` in a child
 # that makes its store read-only or full and mends it on command: best on a private tmpfs
 # (`unshare -rm`: EROFS, ENOSPC), else chmod (read-only, not as root) or RLIMIT_FSIZE (full: EFBIG).
 @pytest.mark.parametrize(("fault", "mend", "workers", "mechanism"), [

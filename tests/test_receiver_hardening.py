@@ -381,7 +381,7 @@ def sender_main() -> None:
     the receiver answers, and keeps the ids of the spans whose export succeeded (the exporter
     retries 429 / 503 itself); OUT gets those ids, one per line.
     """
-    from otel_replay.bench.spans import SeededText, SyntheticSpans
+    from benchmarks.spans import SeededText, SyntheticSpans
 
     endpoint, seconds, threads, batch, out = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     text = SeededText(seed=7, corpus_bytes=200_000)

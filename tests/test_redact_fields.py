@@ -27,7 +27,7 @@ from otel_replay.replay.policies import Registry
 from otel_replay.replay.verify import verify_factual
 from otel_replay.store.catalog import Catalog
 from otel_replay.store.ingest import ingest
-from otel_replay.testing.traces import TraceBuilder
+from tests.harness.traces import TraceBuilder
 from tests.test_redact_fast import planted
 
 EMAIL = "jane.roe@example.com"

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from otel_replay import Store
 from otel_replay.normalize.redact import Redactor
 from otel_replay.store.ingest import ingest
-from otel_replay.testing.traces import TraceBuilder
+from tests.harness.traces import TraceBuilder
 
 SECRETS = {
     "email": "jane.roe@example.com",

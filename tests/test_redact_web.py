@@ -15,7 +15,7 @@ from otel_replay.normalize.privacy import Privacy
 from otel_replay.normalize.redact import Redactor
 from otel_replay.store.catalog import Catalog
 from otel_replay.store.ingest import ingest
-from otel_replay.testing.traces import TraceBuilder
+from tests.harness.traces import TraceBuilder
 
 FOUND = [  # as sent, as it must be stored
     # percent-encoded (a URL's query), once, twice, every character

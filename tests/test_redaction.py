@@ -33,7 +33,7 @@ from otel_replay.replay.caveats import redaction_caveats
 from otel_replay.replay.policies import Registry
 from otel_replay.replay.verify import verify_factual
 from otel_replay.store.ingest import ingest
-from otel_replay.testing.traces import TraceBuilder
+from tests.harness.traces import TraceBuilder
 from tests.helpers import chat_attributes, provider_with
 from tests.test_export import _attrs, _spans, attributed, export_over_http  # noqa: F401 - the demo attribution fixture
 

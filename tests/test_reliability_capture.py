@@ -15,8 +15,8 @@ import pytest
 
 from otel_replay import ReplayProcessor, Store
 from otel_replay.capture.queue import SpanQueue
-from otel_replay.testing.faults import KINDS, run_fault_scenario
-from otel_replay.testing.overload import run_overload
+from tests.harness.faults import KINDS, run_fault_scenario
+from tests.harness.overload import run_overload
 from tests.helpers import chat_attributes, provider_with
 
 MB = 1024 * 1024

@@ -8,7 +8,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-from otel_replay.bench.spans import SpanCollector
+from benchmarks.spans import SpanCollector
 from otel_replay.normalize.records import SpanEvent, SpanRecord
 from otel_replay.normalize.sources.sdk import plain, span_from_sdk
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from otel_replay import Store
 from otel_replay.cli import main
 from otel_replay.store.batches import read_batch_manifests
-from otel_replay.testing.torn import import_killed_after, otlp_file
+from tests.harness.torn import import_killed_after, otlp_file
 
 TRACES = 40
 

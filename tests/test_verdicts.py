@@ -12,7 +12,7 @@ import pytest
 from otel_replay.attribution.contrastive import Finding
 from otel_replay.attribution.result import finding_verdict
 from otel_replay.attribution.sequential import Design
-from otel_replay.testing.simulated_scan import Case, false_claims, simulate
+from tests.harness.simulated_scan import Case, false_claims, simulate
 
 ALPHA = 0.05
 

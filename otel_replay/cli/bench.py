@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,21 @@ BENCHMARKS: dict[str, tuple[Any, ...]] = {
 }
 
 
+# the benchmarks live in the repository (benchmarks/, beside otel_replay/), not in the installed package
+SOURCE = Path(__file__).resolve().parents[2]
+NOT_HERE = ("the benchmarks are not in the installed package: clone the otel-replay repository, "
+            "`pip install -e '.[dev]'` in it and run `otel-replay bench` from that checkout")
+
+
+def _bench_module(module: str) -> Any:
+    """`benchmarks.MODULE` from the source checkout this package runs from (its root on sys.path)."""
+    if not (SOURCE / "benchmarks" / "__init__.py").is_file():
+        raise click.ClickException(NOT_HERE)
+    if str(SOURCE) not in sys.path:
+        sys.path.insert(0, str(SOURCE))
+    return importlib.import_module(f"benchmarks.{module}")
+
+
 @click.group()
 def bench() -> None:
     """Benchmarks (ratios against a baseline measured in the same run)."""
@@ -68,7 +84,7 @@ def _command(name: str, module: str, run: str, table: str, summary: str, options
     @click.option("--quick", is_flag=True, help="Small sizes, seconds instead of minutes (numbers are noisier).")
     @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write results here.")
     def command(quick: bool, json_path: Path | None, **extra: Any) -> None:
-        bench_module = importlib.import_module(f"otel_replay.bench.{module}")
+        bench_module = _bench_module(module)
         result = getattr(bench_module, run)(quick=quick, **extra)
         click.echo(getattr(bench_module, table)(result))
         if json_path:

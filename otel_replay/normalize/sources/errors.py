@@ -1,6 +1,6 @@
 """The one error type of every importer and OTLP decoder: `SourceError`, naming where and what.
 
-Contract (tested by tests/test_hostile_input.py and fuzzed by otel_replay/testing/fuzzing.py):
+Contract (tested by tests/test_hostile_input.py and fuzzed by tests/harness/fuzzing.py):
 
 - Every function in `otel_replay.normalize.sources` that reads outside data raises, for bad
   input, only `SourceError` (a `ValueError`) or one of its subclasses, never a bare TypeError,

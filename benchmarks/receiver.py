@@ -37,8 +37,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from otel_replay.bench.machine import machine_info, speed_note
-from otel_replay.bench.spans import SeededText, SyntheticSpans
+from benchmarks.machine import machine_info, speed_note
+from benchmarks.spans import SeededText, SyntheticSpans
 from otel_replay.capture.receiver import OtlpReceiver
 from otel_replay.capture.receiver_workers import auto_workers
 from otel_replay.trajectory import Store
@@ -84,7 +84,7 @@ def client_main() -> None:
     """The client: builds spans, then per `send URL` line sends them all and answers
     `sent FAILED RETRIES P50_MS P99_MS` (the latency of one request: from its send until its response).
 
-    Run as `python -c "from otel_replay.bench.receiver import client_main; client_main()" SPANS BATCH KIND`.
+    Run as `python -c "from benchmarks.receiver import client_main; client_main()" SPANS BATCH KIND`.
     """
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
@@ -154,7 +154,7 @@ def _send_encoded(url: str, bodies: list[bytes], latencies: list[float]) -> tupl
 
 class _Client:
     def __init__(self, sizes: Sizes, kind: str) -> None:
-        code = "from otel_replay.bench.receiver import client_main; client_main()"
+        code = "from benchmarks.receiver import client_main; client_main()"
         self.proc = subprocess.Popen([sys.executable, "-c", code, str(sizes.spans), str(sizes.batch), kind],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.request_bytes = int(self._expect("ready")[0])

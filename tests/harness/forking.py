@@ -7,7 +7,7 @@ the fork lands somewhere in the writer's first batch, forks, and both sides end 
 shut down. The parent reports, as one JSON line, how the child ended and how long it took; the
 store then must hold every span each side ended, with its step.
 
-    python -m otel_replay.testing.forking STORE SEED
+    python -m tests.harness.forking STORE SEED
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from otel_replay.testing.workload import REPO
+from tests.harness.workload import REPO
 
 SPANS = 20
 CHILD_LIMIT_S = 15.0  # a child still running after this is taken as deadlocked
@@ -30,7 +30,7 @@ CHILD_LIMIT_S = 15.0  # a child still running after this is taken as deadlocked
 def fork_trial(root: Path, seed: int) -> dict[str, Any]:
     """One trial in a fresh interpreter; what it reported (`problems` empty when all is well)."""
     try:
-        done = subprocess.run([sys.executable, "-m", "otel_replay.testing.forking", str(root), str(seed)],
+        done = subprocess.run([sys.executable, "-m", "tests.harness.forking", str(root), str(seed)],
                               cwd=REPO, capture_output=True, text=True, timeout=CHILD_LIMIT_S * 3)
     except subprocess.TimeoutExpired:
         return {"seed": seed, "problems": ["the trial hung"]}
@@ -61,7 +61,7 @@ def _stored(store: Any, prefix: str) -> int:
 
 def _trial(root: Path, seed: int) -> None:
     from otel_replay import ReplayProcessor
-    from otel_replay.testing.workload import Producer, tracer_for
+    from tests.harness.workload import Producer, tracer_for
 
     rng = random.Random(seed)
     processor = ReplayProcessor(root, flush_interval_s=0.005)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from otel_replay.testing.workload import Producer, tracer_for
+from tests.harness.workload import Producer, tracer_for
 
 MODES = ("truncate", "flip")
 READ_EVERYTHING = ("select * from span_rows", "select * from step_rows", "select * from message_rows",

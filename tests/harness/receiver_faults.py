@@ -16,7 +16,7 @@ How a store is made unwritable (`mechanism_for`), best first:
   (Python ignores SIGXFSZ);
 - "chmod" (read-only only, not as root): the store's directories made read-only.
 
-    python -m otel_replay.testing.receiver_faults SCRATCH WORKERS MECHANISM   (the `Collect` child)
+    python -m tests.harness.receiver_faults SCRATCH WORKERS MECHANISM   (the `Collect` child)
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_replay.capture.processor import ReplayProcessor
-from otel_replay.testing.workload import REPO, chat_attributes, user_namespaces
+from tests.harness.workload import REPO, chat_attributes, user_namespaces
 
 TOKEN = "s3cret-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
@@ -241,7 +241,7 @@ class Collect:
     """
 
     def __init__(self, scratch: Path, workers: int, mechanism: str) -> None:
-        command = [sys.executable, "-m", "otel_replay.testing.receiver_faults", str(scratch), str(workers), mechanism]
+        command = [sys.executable, "-m", "tests.harness.receiver_faults", str(scratch), str(workers), mechanism]
         if mechanism == "tmpfs":
             command = ["unshare", "-rm", *command]
         self.proc = subprocess.Popen(command, cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

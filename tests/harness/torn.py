@@ -4,7 +4,7 @@ The child runs the real CLI (`otel-replay --store STORE import otlp FILE`) with 
 writer wrapped so that the process SIGKILLs itself right after the first segment of TABLE is in
 place: the moment between two segments of one batch that a crash can hit.
 
-    python -m otel_replay.testing.torn STORE FILE TABLE
+    python -m tests.harness.torn STORE FILE TABLE
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from otel_replay.bench.imports import _trace, write_otlp_json
-from otel_replay.testing.workload import REPO
+from benchmarks.imports import _trace, write_otlp_json
+from tests.harness.workload import REPO
 
 
 def otlp_file(path: Path, traces: int, first: int = 0) -> int:
@@ -29,7 +29,7 @@ def otlp_file(path: Path, traces: int, first: int = 0) -> int:
 
 def import_killed_after(store: Path, file: Path, table: str) -> int:
     """Run the import in a child that is killed after it writes `table`'s segment; its exit code."""
-    child = subprocess.run([sys.executable, "-m", "otel_replay.testing.torn", str(store), str(file), table],
+    child = subprocess.run([sys.executable, "-m", "tests.harness.torn", str(store), str(file), table],
                            cwd=REPO, capture_output=True, text=True, timeout=300)
     return child.returncode
 

@@ -18,7 +18,7 @@ How each fault is made, best first (`mechanism`):
 chmod does not deny root, so a child started as root first hands the scratch directory to
 `nobody` and drops its privileges (setgid/setuid) before it creates the processor.
 
-    python -m otel_replay.testing.faults KIND MECHANISM SCRATCH_DIR FAULT_SECONDS
+    python -m tests.harness.faults KIND MECHANISM SCRATCH_DIR FAULT_SECONDS
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from otel_replay.testing.workload import Producer, run_child, tracer_for, user_namespaces
+from tests.harness.workload import Producer, run_child, tracer_for, user_namespaces
 
 KINDS = ("disk_full", "read_only", "permission_denied", "deleted", "not_a_directory")
 NOBODY = 65534
@@ -59,7 +59,7 @@ def run_fault_scenario(kind: str, fault_s: float = 1.5, mechanism: str | None = 
     mechanism = mechanism or mechanism_for(kind)
     scratch = Path(tempfile.mkdtemp(prefix="otel-replay-fault-"))  # under /tmp: `nobody` can reach it
     try:
-        return run_child("otel_replay.testing.faults", [kind, mechanism, str(scratch), str(fault_s)],
+        return run_child("tests.harness.faults", [kind, mechanism, str(scratch), str(fault_s)],
                          namespace=mechanism.startswith("tmpfs"), timeout=120)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -10,7 +10,7 @@ the growth of resident memory over its level just before the overload starts (af
 and a garbage collection) never exceeds the cap itself (`sizing.MemoryBudget` reserves room in
 the cap for writing a batch and for every cache).
 
-    python -m otel_replay.testing.overload STORE SECONDS CAP_BYTES PAYLOAD_BYTES FACTOR
+    python -m tests.harness.overload STORE SECONDS CAP_BYTES PAYLOAD_BYTES FACTOR
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from otel_replay.testing.workload import Producer, rss_bytes, run_child, tracer_for
+from tests.harness.workload import Producer, rss_bytes, run_child, tracer_for
 
 CALIBRATION_SPANS = 200  # below the writer's wake threshold: all queued, then one timed flush
 
@@ -32,7 +32,7 @@ CALIBRATION_SPANS = 200  # below the writer's wake threshold: all queued, then o
 def run_overload(store: Path, seconds: float, cap_bytes: int, payload_bytes: int = 131_072,
                  factor: float = 10.0) -> dict[str, Any]:
     """Run the overload in a child process (a clean heap to measure); returns its figures."""
-    return run_child("otel_replay.testing.overload",
+    return run_child("tests.harness.overload",
                      [str(store), str(seconds), str(cap_bytes), str(payload_bytes), str(factor)],
                      timeout=seconds + 300)
 

@@ -32,13 +32,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from benchmarks.attribution import LATENCY_STEPS, PlantedAgent, planted_policies, store_agent
+from benchmarks.scale_store import build_store, query_times, word_pool
 from otel_replay.attribution import Job, JobParams
 from otel_replay.attribution.executors import Executor, RayExecutor
 from otel_replay.attribution.plans import Budget, RolloutSpec, boundary_plan
 from otel_replay.attribution.rollouts import RolloutRunner
 from otel_replay.attribution.verifiers import build as build_verifier
-from otel_replay.bench.attribution import LATENCY_STEPS, PlantedAgent, planted_policies, store_agent
-from otel_replay.bench.scale_store import build_store, query_times, word_pool
 from otel_replay.replay.policies import Registry
 from otel_replay.trajectory import Store, Trajectory
 
@@ -50,9 +50,9 @@ STORE_SIZES = (10**5, 10**6, 10**7)
 QUICK_LOCAL, QUICK_RAY, QUICK_SIZES = (1, 8, 64), (1, 4), (10**4, 10**5)
 MIN_ROLLOUTS = 4  # per throughput point; at least two waves of the concurrency
 INSTANT_ROLLOUTS, QUICK_INSTANT_ROLLOUTS = 400, 100
-SLEEPY = "otel_replay.bench.scale:sleepy_policies"
-INSTANT = "otel_replay.bench.scale:instant_policies"
-VERIFIER = "otel_replay.bench.attribution:answered_ok"
+SLEEPY = "benchmarks.scale:sleepy_policies"
+INSTANT = "benchmarks.scale:instant_policies"
+VERIFIER = "benchmarks.attribution:answered_ok"
 SEED = 0
 CLUSTER_NODES = 100
 NODE_CPUS = 16  # assumed per node of the hypothetical cluster

@@ -38,13 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from otel_replay.bench.machine import load_average
+from benchmarks.machine import load_average
 from otel_replay.normalize.records import SpanRecord
 from otel_replay.replay import ReplayPlan, replay
 from otel_replay.replay.policies import Registry
 from otel_replay.store.ingest import ingest
-from otel_replay.testing.traces import TraceBuilder
 from otel_replay.trajectory import Store, Trajectory
+from tests.harness.traces import TraceBuilder
 
 ANCHOR_MODULE = "agent_replay"
 ANCHOR_INSTALL = "pip install trajectory-causal-attribution"

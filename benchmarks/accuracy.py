@@ -32,14 +32,14 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
-from otel_replay.attribution import Job, JobParams
-from otel_replay.attribution.plans import rollout_seed
-from otel_replay.bench.accuracy_anchors import (
+from benchmarks.accuracy_anchors import (
     agent_replay_case,
     format_tracefork,
     tracefork_reported,
 )
-from otel_replay.bench.machine import load_average
+from benchmarks.machine import load_average
+from otel_replay.attribution import Job, JobParams
+from otel_replay.attribution.plans import rollout_seed
 from otel_replay.testing import SimulatedModelServer
 from otel_replay.testing.planted import (
     TOPOLOGIES,

@@ -15,7 +15,7 @@ Measured:
 5. bytes on disk per step against raw payload bytes, for a 20-turn agent loop that resends
    its whole history every turn. The baseline column gives the OTLP protobuf bytes a
    `BatchSpanProcessor` with an OTLP exporter would send for the same spans;
-6. beside the OTLP exporter: start-up and CPU per span (`otel_replay.bench.capture_vs_otlp`).
+6. beside the OTLP exporter: start-up and CPU per span (`benchmarks.capture_vs_otlp`).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from otel_replay.bench.capture_vs_otlp import cpu_vs_otlp, format_vs_otlp, startup
-from otel_replay.bench.machine import load_average, machine_info, speed_note
-from otel_replay.bench.spans import TURNS, NoopExporter, SeededText, SyntheticSpans, payload_bytes
-from otel_replay.bench.writer_stages import format_stages, writer_stages
+from benchmarks.capture_vs_otlp import cpu_vs_otlp, format_vs_otlp, startup
+from benchmarks.machine import load_average, machine_info, speed_note
+from benchmarks.spans import TURNS, NoopExporter, SeededText, SyntheticSpans, payload_bytes
+from benchmarks.writer_stages import format_stages, writer_stages
 from otel_replay.capture import ReplayProcessor
 
 BASELINE = "BatchSpanProcessor (no-op exporter)"

@@ -1,5 +1,5 @@
 """Benchmarks that back the performance claims in the README (`otel-replay bench ...`)."""
 
-from otel_replay.bench.capture import format_capture_table, run_capture_bench
+from benchmarks.capture import format_capture_table, run_capture_bench
 
 __all__ = ["format_capture_table", "run_capture_bench"]

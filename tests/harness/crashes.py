@@ -12,7 +12,7 @@ checks the store:
 - every span up to the last `flushed <n>` line is there: what a crash may lose is only what
   was still queued (`lost_flushed` must be 0).
 
-    python -m otel_replay.testing.crashes STORE SEED
+    python -m tests.harness.crashes STORE SEED
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from otel_replay.testing.workload import REPO, Producer, tracer_for
+from tests.harness.workload import REPO, Producer, tracer_for
 
 ALLOWED_DIRS = ("_compactions", "_batches", "quarantine")
 
@@ -113,7 +113,7 @@ def crash_trial(root: Path, seed: int, max_delay_s: float = 1.2, check: StoreChe
                 delay_s: float | None = None) -> CrashTrial:
     """Start a writer child, SIGKILL it after a random delay (or `delay_s`), then check the store."""
     rng = random.Random(seed)
-    child = subprocess.Popen([sys.executable, "-m", "otel_replay.testing.crashes", str(root), str(seed)],
+    child = subprocess.Popen([sys.executable, "-m", "tests.harness.crashes", str(root), str(seed)],
                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         ready = child.stdout.readline()  # after imports and the processor's start
@@ -164,7 +164,7 @@ def concurrent_reads(root: Path, seconds: float, seed: int = 7) -> dict[str, Any
     """Read the store over and over while a writer child writes to it; the writer is killed at the end."""
     from otel_replay import Store
 
-    child = subprocess.Popen([sys.executable, "-m", "otel_replay.testing.crashes", str(root), str(seed)],
+    child = subprocess.Popen([sys.executable, "-m", "tests.harness.crashes", str(root), str(seed)],
                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     reads = files_read = 0
     errors: list[str] = []

@@ -21,7 +21,7 @@
    payload segment and right after its span segment: rows visible, what `doctor --check` finds,
    whether a rerun stores every span and step.
 6. Damaged segments: truncated and bit-flipped segments; queries over the rest; what `doctor` finds.
-7. Fuzzing: inputs fuzzed (count, time), from `otel_replay.testing.fuzzing.fuzz_summary` when
+7. Fuzzing: inputs fuzzed (count, time), from `tests.harness.fuzzing.fuzz_summary` when
    that module exists.
 
 Every child process runs the real SDK, processor and store; nothing here is simulated.
@@ -40,12 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from otel_replay.capture.receiver import DEFAULT_MAX_BODY_MB
-from otel_replay.testing.corruption import corruption_trials
-from otel_replay.testing.crashes import concurrent_reads, run_crash_trials
-from otel_replay.testing.faults import KINDS, run_fault_scenario
-from otel_replay.testing.overload import run_overload
-from otel_replay.testing.receiver_faults import full_disk_acknowledgement, grpc_flood
-from otel_replay.testing.torn import torn_trials
+from tests.harness.corruption import corruption_trials
+from tests.harness.crashes import concurrent_reads, run_crash_trials
+from tests.harness.faults import KINDS, run_fault_scenario
+from tests.harness.overload import run_overload
+from tests.harness.receiver_faults import full_disk_acknowledgement, grpc_flood
+from tests.harness.torn import torn_trials
 
 MB = 1024 * 1024
 FLOOD_RSS_BOUND = int(DEFAULT_MAX_BODY_MB * MB)
@@ -88,7 +88,7 @@ def memory_bound(cap_bytes: int) -> int:
 
 
 def fuzz_figures(seconds: float) -> dict[str, Any]:
-    """Inputs fuzzed (count, time) from `otel_replay.testing.fuzzing.fuzz_summary`, when it can run.
+    """Inputs fuzzed (count, time) from `tests.harness.fuzzing.fuzz_summary`, when it can run.
 
     Returns {"available": False, "why": ...} without the module (or atheris), else
     {"available": True, "targets": {name: {"inputs", "seconds", "crashes", ...}}}.
@@ -96,10 +96,10 @@ def fuzz_figures(seconds: float) -> dict[str, Any]:
     if seconds <= 0:
         return {"available": False, "why": "not run (no time given)"}
     try:
-        fuzzing = importlib.import_module("otel_replay.testing.fuzzing")
+        fuzzing = importlib.import_module("tests.harness.fuzzing")
         summary = fuzzing.fuzz_summary
     except (ImportError, AttributeError) as exc:
-        return {"available": False, "why": f"otel_replay.testing.fuzzing.fuzz_summary not installed ({exc})"}
+        return {"available": False, "why": f"tests.harness.fuzzing.fuzz_summary not installed ({exc})"}
     try:
         return {"available": True, "targets": summary(seconds)}
     except Exception as exc:  # noqa: BLE001 - e.g. FuzzingUnavailable without atheris: say so, do not fail the bench

@@ -13,7 +13,7 @@ requests, content types, gzip/deflate, chunked bodies). A target fails (a "crash
 
 `atheris.Fuzz()` never returns, so each target runs in its own subprocess:
 
-    python -m otel_replay.testing.fuzzing otlp_json -max_total_time=20   # one target
+    python -m tests.harness.fuzzing otlp_json -max_total_time=20   # one target
     fuzz_summary(120)   # every target, a share of 120 s each, -> {target: {inputs, seconds, crashes}}
 
 A finding always leaves an artifact (libFuzzer writes the input as `crash-`, `timeout-`, `oom-`
@@ -55,6 +55,7 @@ _DONE = re.compile(r"Done (\d+) runs in (\d+) second")
 _FINDING = re.compile(r"=== Uncaught Python exception|==\d+== ?ERROR: libFuzzer|^ALARM", re.MULTILINE)
 _ARTIFACTS = ("crash-", "timeout-", "oom-", "leak-")
 SCRATCH_ENV = "OTEL_REPLAY_FUZZ_SCRATCH"
+REPO = Path(__file__).resolve().parents[2]  # the repository root: tests.harness is imported from there
 START_ATTEMPTS = 3  # a run that ends without a finding and without finishing is tried again
 START_GRACE_S = 300  # beyond the fuzzing time: instrumented imports and the seed corpus on a loaded machine
 
@@ -198,9 +199,9 @@ def target(name: str, workdir: Path) -> Callable[[bytes], None]:
 
 # -- running --------------------------------------------------------------------------------------
 def main(argv: list[str]) -> None:
-    """`python -m otel_replay.testing.fuzzing TARGET [libFuzzer flags] [corpus dirs]`; never returns."""
+    """`python -m tests.harness.fuzzing TARGET [libFuzzer flags] [corpus dirs]`; never returns."""
     atheris = _require_atheris()
-    from otel_replay.testing import fuzz_seeds
+    from tests.harness import fuzz_seeds
 
     name = argv[1]
     scratch = os.environ.get(SCRATCH_ENV)  # run_target's, removed with its workdir; else one reused per target
@@ -214,9 +215,14 @@ def main(argv: list[str]) -> None:
     atheris.Fuzz()
 
 
+def _pythonpath() -> str:
+    """The repository root first (the child runs in `workdir` and imports `tests.harness.fuzzing`)."""
+    return os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
 _BOOT = ("import sys, atheris\n"
          "with atheris.instrument_imports(include=['otel_replay']):\n"
-         "    from otel_replay.testing import fuzzing\n"
+         "    from tests.harness import fuzzing\n"
          "fuzzing.main(sys.argv)\n")
 
 
@@ -237,7 +243,7 @@ def run_target(name: str, seconds: float, workdir: Path | None = None) -> dict[s
 
 
 def _attempt(name: str, seconds: float, workdir: Path | None) -> dict[str, Any]:
-    from otel_replay.testing import fuzz_seeds
+    from tests.harness import fuzz_seeds
 
     own = workdir is None
     workdir = Path(tempfile.mkdtemp(prefix=f"otel-replay-fuzz-{name}-")) if workdir is None else workdir
@@ -252,7 +258,7 @@ def _attempt(name: str, seconds: float, workdir: Path | None) -> dict[str, Any]:
         try:
             done = subprocess.run([sys.executable, "-c", _BOOT, name, *flags, str(corpus)], capture_output=True,
                                   text=True, errors="replace", timeout=seconds + START_GRACE_S, cwd=workdir,
-                                  env={**os.environ, SCRATCH_ENV: str(workdir / "scratch")})
+                                  env={**os.environ, SCRATCH_ENV: str(workdir / "scratch"), "PYTHONPATH": _pythonpath()})
             returncode, output = done.returncode, done.stdout + done.stderr
         except subprocess.TimeoutExpired as exc:  # killed: the output so far says how far it got
             returncode, output = None, _text(exc.stdout) + _text(exc.stderr)
@@ -324,6 +330,6 @@ def fuzz_summary(seconds: float, targets: tuple[str, ...] = TARGETS) -> dict[str
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in TARGETS:
-        sys.exit(f"usage: python -m otel_replay.testing.fuzzing TARGET [libFuzzer flags]; targets: {', '.join(TARGETS)}")
+        sys.exit(f"usage: python -m tests.harness.fuzzing TARGET [libFuzzer flags]; targets: {', '.join(TARGETS)}")
     _require_atheris()
     os.execv(sys.executable, [sys.executable, "-c", _BOOT, *sys.argv[1:]])  # again, with otel_replay instrumented

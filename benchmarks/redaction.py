@@ -1,6 +1,6 @@
 """What redaction costs on the capture writer, with its gates and without them (the exact path).
 
-Run: ``otel-replay bench redaction`` (or ``python -m otel_replay.bench.redaction``). CPU time of this
+Run: ``otel-replay bench redaction`` (or ``python -m benchmarks.redaction``). CPU time of this
 thread (`time.thread_time`), the minimum over several rounds: the machines are shared, and the
 minimum is the cost without preemption. "exact" is `Redactor(gates=False)`: every string walked and
 every scan run, as redaction did before the gates; both must find the same, and the bench checks it.
@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from otel_replay.bench.spans import SeededText, SyntheticSpans
+from benchmarks.spans import SeededText, SyntheticSpans
 from otel_replay.normalize import redact
 from otel_replay.normalize.messages import canonical_bytes, content_hash
 from otel_replay.normalize.pipeline import normalize_span

@@ -50,7 +50,7 @@ SKIPPED = ("needs --policies with a real model (e.g. --policies otel_replay.repl
 
 def default_dataset() -> Path:
     """The copy in a source checkout (tests/fixtures/whowhen, MIT, see its README.md)."""
-    return Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "whowhen"
+    return Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "whowhen"
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,8 +56,8 @@ from otel_replay.attribution import stats as stats_module
 from otel_replay.normalize.records import SpanRecord
 from otel_replay.replay.policies import Registry
 from otel_replay.store.ingest import ingest
-from otel_replay.testing.traces import TraceBuilder
 from otel_replay.trajectory import Store
+from tests.harness.traces import TraceBuilder
 
 ANCHOR_MODULE = "agent_replay"
 ANCHOR_INSTALL = "pip install trajectory-causal-attribution"
@@ -65,7 +65,7 @@ STEP_COUNTS = (6, 12)
 P_BAD = 0.1  # a re-decided turn chooses "bad" this often
 OTEL_ROLLOUTS = 100  # otel-replay's fixed rollouts per boundary (enough to clear a step at epsilon 0.1)
 ANCHOR_ROLLOUTS = 60  # agent_replay's per step (its README's suggestion)
-VERIFIER = "otel_replay.bench.attribution:answered_ok"
+VERIFIER = "benchmarks.attribution:answered_ok"
 SEED = 0
 LATENCY_S = 0.05
 CONCURRENCY = (1, 32)

@@ -26,7 +26,7 @@ from typing import Any
 from google.protobuf.json_format import ParseDict
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otel_replay.bench.machine import record_work_ms
+from benchmarks.machine import record_work_ms
 from otel_replay.normalize.bulk import paused_gc
 from otel_replay.normalize.pipeline import normalize_spans
 from otel_replay.normalize.privacy import DEFAULT_PRIVACY
