@@ -1,4 +1,4 @@
-"""End to end against a real third-party trace backend: Arize Phoenix (see /work/shared/BACKENDS.md).
+"""End to end against a real third-party trace backend: Arize Phoenix.
 
 The demo records a failing run and attributes it; the original trace's spans go to Phoenix over
 OTLP/HTTP (protobuf), then `otel-replay export --to otlp` sends the blame into the same trace.
