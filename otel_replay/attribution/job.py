@@ -191,23 +191,19 @@ def build_redactor(redact: bool, rules: str | None) -> Redactor | None:
 
 def select_traces(store: Store, predicate: str) -> list[str]:
     """Trace ids matching a SQL predicate over the `traces` view (the user's own SQL, like `otel-replay sql`)."""
-    import duckdb
+    from otel_replay.store.catalog import QueryError
 
     try:
         rows = store.sql(f"SELECT trace_id FROM traces WHERE ({predicate}) ORDER BY start_ns")  # noqa: S608
-    except duckdb.Error as exc:
-        said = [line for line in str(exc).splitlines()[:2] if line and not line.startswith("LINE")]
+    except QueryError as exc:
+        said = [line for line in exc.detail.splitlines()[:2] if line and not line.startswith("LINE")]
         raise AttributionError(f"--where {predicate!r}: SQL error: {'; '.join(said)}") from exc  # error and hint
     return rows.column("trace_id").to_pylist()
 
 
 def load_params(store: Store, job_id: str) -> tuple[JobParams, int]:
     """A stored job's parameters and creation time (for --resume)."""
-    con = store.connect()
-    try:
-        rows = con.sql(queries.query("job_state"), params=[job_id]).to_arrow_table().to_pylist()
-    finally:
-        con.close()
+    rows = store.read(lambda con: con.sql(queries.query("job_state"), params=[job_id]).to_arrow_table()).to_pylist()
     if not rows:
         raise AttributionError(f"no job {job_id!r} in the store at {store.root} (list them with `otel-replay jobs`)")
     return JobParams.from_json(rows[0]["params"]), rows[0]["created_ns"]
@@ -312,11 +308,8 @@ class Job:
         return dict(self.store.named("job_skips", [self.job_id]))
 
     def _finished_rollouts(self) -> dict[tuple[str, str, int], dict[str, Any]]:
-        con = self.store.connect()
-        try:
-            rows = con.sql(queries.query("job_rollouts"), params=[self.job_id]).to_arrow_table().to_pylist()
-        finally:
-            con.close()
+        rows = self.store.read(lambda con: con.sql(queries.query("job_rollouts"),
+                                                   params=[self.job_id]).to_arrow_table()).to_pylist()
         return {(r["trace_id"], r["plan"], r["rollout"]): r for r in rows}
 
     # -- the work ---------------------------------------------------------------------------------

@@ -36,8 +36,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import duckdb
-
 from otel_replay.attribution import outcomes
 from otel_replay.attribution.job import AttributionError, Job, JobInterrupted, spent_calls
 from otel_replay.attribution.ledger import Clock, Grant, Ledger
@@ -46,7 +44,7 @@ from otel_replay.attribution.result import AttributionResult
 from otel_replay.attribution.verifiers import Verifier
 from otel_replay.errors import OtelReplayError
 from otel_replay.store import StoreError, queries
-from otel_replay.store.catalog import check_predicate
+from otel_replay.store.catalog import QueryError, check_predicate
 from otel_replay.store.writer import write_rows
 from otel_replay.trajectory import Store
 
@@ -172,8 +170,8 @@ class Watcher:
         sql = queries.query("watch_unscored").replace("{where}", o.where or "TRUE")
         try:
             ids = self.store.sql(sql, [now - int(o.settle_s * 1e9), o.verifier_name, o.batch]).column("trace_id")
-        except duckdb.Error as exc:
-            raise AttributionError(f"--where {o.where!r}: SQL error: {str(exc).splitlines()[0]}") from exc
+        except QueryError as exc:
+            raise AttributionError(f"--where {o.where!r}: SQL error: {exc.detail.splitlines()[0]}") from exc
         rows = []
         for trace_id in ids.to_pylist():
             if self.stopping:

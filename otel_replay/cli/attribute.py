@@ -35,7 +35,7 @@ from otel_replay.cli.output import (
 from otel_replay.cli.privacy import redaction_options, redactor_from
 from otel_replay.export.html import render_html
 from otel_replay.export.report import report_json
-from otel_replay.store import StoreError, queries
+from otel_replay.store import StoreError
 from otel_replay.store.catalog import check_predicate
 from otel_replay.trajectory import Store
 
@@ -310,14 +310,11 @@ def jobs(store: Store, limit: int, skipped: bool, job_id: str | None, as_json: b
     Status: running, done, partial (its budget ran out), interrupted (Ctrl-C, SIGTERM: resume it),
     paused (a watcher's hourly budget ran out: it resumes it), failed.
     """
-    con = store.connect()
-    try:
+    with store.session() as s:
         if skipped:
-            rows = con.sql(queries.query("list_skipped"), params=[job_id, job_id, limit]).to_arrow_table()
+            rows = s.named_arrow("list_skipped", [job_id, job_id, limit])
         else:
-            rows = con.sql(queries.query("list_jobs"), params=[limit]).to_arrow_table()
-    finally:
-        con.close()
+            rows = s.named_arrow("list_jobs", [limit])
     print_rows(rows, as_json=as_json, as_csv=as_csv, title="skipped traces" if skipped else "attribution jobs")
 
 
@@ -333,12 +330,8 @@ def aggregate(store: Store, job_id: str | None, where: str | None, as_json: bool
     Example: otel-replay aggregate --job j1a2b3c4d5e6
     """
     traces = select_traces(store, where) if where else None
-    con = store.connect()
-    try:
-        rows = con.sql(queries.query("aggregate_by_step_name"),
-                       params=[job_id, job_id, traces, traces]).to_arrow_table()
-    finally:
-        con.close()
+    with store.session() as s:
+        rows = s.named_arrow("aggregate_by_step_name", [job_id, job_id, traces, traces])
     print_rows(rows, as_json=as_json, as_csv=as_csv, title="culprits by step name")
 
 
@@ -356,11 +349,7 @@ def report(store: Store, job_id: str, trace_id: str, html_path: Path | None, jso
     Example: otel-replay report --job j1a2b3c4d5e6 --trace-id 4bf92f --html report.html
     """
     trace = store.resolve_trace_id(trace_id)
-    con = store.connect()
-    try:
-        rows = con.execute(queries.query("job_report"), [job_id, trace]).fetchall()
-    finally:
-        con.close()
+    rows = store.named("job_report", [job_id, trace])
     if not rows:
         raise click.ClickException(f"job {job_id!r} has no report for trace {trace} (see `otel-replay jobs`)")
     document = json.loads(rows[0][0])

@@ -101,12 +101,12 @@ def sql(store: Store, query: str, as_json: bool, as_csv: bool) -> None:
 
     Example: otel-replay sql "select name, count(*) from steps where status = 'error' group by 1"
     """
-    import duckdb
+    from otel_replay.store.catalog import QueryError
 
     try:
         rows = store.sql(query)
-    except duckdb.Error as exc:
-        raise click.ClickException(f"SQL error: {str(exc).strip()}") from exc  # with DuckDB's hint and caret
+    except QueryError as exc:
+        raise click.ClickException(f"SQL error: {exc.detail.strip()}") from exc  # with DuckDB's hint and caret
     print_rows(rows, as_json=as_json, as_csv=as_csv)
 
 

@@ -10,21 +10,16 @@ from otel_replay.export import files
 from otel_replay.export.blame import DEFAULT_SERVICE, blame_spans
 from otel_replay.export.otlp import ExportError, send
 from otel_replay.export.private import write_private
-from otel_replay.store import queries
 from otel_replay.trajectory import Store
 
 TARGETS = ("otlp", "jaeger-json", "otlp-json")
 
 
 def stored_reports(store: Store, job_id: str, trace_id: str | None = None) -> list[dict[str, Any]]:
-    con = store.connect()
-    try:
-        if trace_id:
-            rows = [(trace_id, r[0]) for r in con.execute(queries.query("job_report"), [job_id, trace_id]).fetchall()]
-        else:
-            rows = con.execute(queries.query("job_reports"), [job_id]).fetchall()
-    finally:
-        con.close()
+    if trace_id:
+        rows = [(trace_id, r[0]) for r in store.named("job_report", [job_id, trace_id])]
+    else:
+        rows = store.named("job_reports", [job_id])
     if not rows:
         what = f"trace {trace_id}" if trace_id else "any trace"
         raise ExportError(f"job {job_id!r} has no attribution results for {what} (see `otel-replay jobs`)")
@@ -32,12 +27,9 @@ def stored_reports(store: Store, job_id: str, trace_id: str | None = None) -> li
 
 
 def _root_and_rows(store: Store, trace_id: str) -> tuple[str, list[dict[str, Any]]]:
-    con = store.connect()
-    try:
-        root = con.execute(queries.query("trace_root_span"), [trace_id]).fetchall()
-        rows = con.sql(queries.query("trace_span_rows"), params=[trace_id]).to_arrow_table().to_pylist()
-    finally:
-        con.close()
+    with store.session() as s:
+        root = s.named("trace_root_span", [trace_id])
+        rows = s.named_arrow("trace_span_rows", [trace_id]).to_pylist()
     if not root:
         raise ExportError(f"trace {trace_id} is not in the store at {store.root}")
     return root[0][0], rows

@@ -9,14 +9,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from otel_replay.store.catalog import Catalog, StoreError, UnknownTrace
+    from otel_replay.store.catalog import Catalog, QueryError, Session, StoreError, UnknownTrace
     from otel_replay.store.layout import default_root
     from otel_replay.store.location import StoreLocation
 
 _WHERE = {"Catalog": "otel_replay.store.catalog", "StoreError": "otel_replay.store.catalog",
+          "QueryError": "otel_replay.store.catalog", "Session": "otel_replay.store.catalog",
           "UnknownTrace": "otel_replay.store.catalog", "default_root": "otel_replay.store.layout",
           "StoreLocation": "otel_replay.store.location"}
-__all__ = ["Catalog", "StoreError", "StoreLocation", "UnknownTrace", "default_root"]
+__all__ = ["Catalog", "QueryError", "Session", "StoreError", "StoreLocation", "UnknownTrace", "default_root"]
 
 
 def __getattr__(name: str) -> Any:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import duckdb
@@ -41,6 +41,20 @@ class StoreError(OtelReplayError):
 
 class ForbiddenSQL(StoreError):
     """The user's SQL tried to do more than read the store (write, other files, ATTACH, SET, ...)."""
+
+
+class QueryError(StoreError):
+    """A query over the store failed (a SQL error, a type mismatch, ...). Its message is one line;
+    `detail` is DuckDB's whole text, with its hint and the caret under the error (for `otel-replay sql`)."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail or message
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first line of an error's text (DuckDB's go on with LINE 1: ... and a caret)."""
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
 
 
 READ_ONLY = ("(SQL over a store is one SELECT over its views and tables, reading nothing else: no COPY, no other "
@@ -142,7 +156,11 @@ class Catalog:
         return f"{type(self).__name__}({str(self.root)!r})"
 
     def connect(self) -> duckdb.DuckDBPyConnection:
-        """A new in-memory connection with the views `spans`, `steps`, `messages`, `traces`."""
+        """A new in-memory connection with the views `spans`, `steps`, `messages`, `traces`.
+
+        A bare connection: its queries are not retried after a compaction and raise DuckDB's own
+        errors. Outside the store layer read through `session()`, `sql`, `named` or `read`
+        (tests/test_read_paths.py keeps new calls out)."""
         return self._open()[0]
 
     def _open(self, locked: bool = False) -> tuple[duckdb.DuckDBPyConnection, Snapshot]:
@@ -204,23 +222,51 @@ class Catalog:
         except OSError:
             return False
 
+    def _retry(self, exc: duckdb.Error, snap: Snapshot, attempt: int) -> bool:
+        """Whether a read that failed with `exc` is worth running again on a fresh snapshot: a
+        compaction removed a segment it was reading, or the segment is damaged (now left out)."""
+        return attempt + 1 < ATTEMPTS and (self._vanished(snap) or self._damaged(exc, snap))
+
+    def _query_error(self, exc: duckdb.Error, locked: bool = False) -> StoreError:
+        """The StoreError for a read that failed with `exc` (one line; DuckDB's text as the cause)."""
+        if locked and isinstance(exc, duckdb.PermissionException):
+            said = _one_line(exc).removeprefix("Permission Error: ")
+            return ForbiddenSQL(f"not allowed: {said} {READ_ONLY}")
+        if looks_damaged(exc):
+            return StoreError(f"reading the store at {self.root} failed: {_one_line(exc)}{_doctor_hint(exc)}")
+        return QueryError(f"query over the store at {self.root} failed: {_one_line(exc)}", str(exc))
+
     def read(self, fn: Callable[[duckdb.DuckDBPyConnection], T], *, locked: bool = False) -> T:
         """Run `fn` on a fresh connection; again on a fresh snapshot if a compaction removed a
         segment it was reading (the rows are then in the compacted segment). `locked`: the
-        connection can read the store's segments and nothing else (for SQL a user wrote)."""
+        connection can read the store's segments and nothing else (for SQL a user wrote).
+        A DuckDB error is raised as a StoreError (QueryError, ForbiddenSQL), never as itself."""
         for attempt in range(ATTEMPTS):
             con, snap = self._open(locked)
             try:
                 return fn(con)
             except duckdb.Error as exc:
-                if attempt + 1 < ATTEMPTS and (self._vanished(snap) or self._damaged(exc, snap)):
+                if self._retry(exc, snap, attempt):
                     continue
-                if looks_damaged(exc):
-                    raise StoreError(f"reading the store at {self.root} failed: {exc}{_doctor_hint(exc)}") from exc
-                raise
+                raise self._query_error(exc, locked) from exc
             finally:
                 con.close()
         raise AssertionError("unreachable")
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[Session]:
+        """Several reads over one connection (opening one reads every segment's footer), each with
+        `read`'s safety: retried on a fresh snapshot after a compaction, errors as StoreError.
+
+            with store.session() as s:
+                tid = store.resolve_trace_id(prefix, s)
+                rows = s.arrow(queries.query("trace_span_rows"), [tid])
+        """
+        session = Session(self)
+        try:
+            yield session
+        finally:
+            session.close()
 
     def sql(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
         """Run one SELECT over the views; results as an Arrow table.
@@ -232,22 +278,18 @@ class Catalog:
             _one_select(con, sql)
             return con.sql(sql, params=params or []).to_arrow_table()
 
-        try:
-            return self.read(run, locked=True)
-        except duckdb.PermissionException as exc:
-            said = str(exc).splitlines()[0].removeprefix("Permission Error: ")
-            raise ForbiddenSQL(f"not allowed: {said} {READ_ONLY}") from exc
+        return self.read(run, locked=True)
 
     def named(self, name: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         return self.read(lambda con: con.execute(queries.query(name), params or []).fetchall())
 
-    def resolve_trace_id(self, trace_id: str, con: duckdb.DuckDBPyConnection | None = None) -> str:
-        """A full trace id from an id or a unique prefix (at least 6 hex digits); on `con` when
+    def resolve_trace_id(self, trace_id: str, session: Session | None = None) -> str:
+        """A full trace id from an id or a unique prefix (at least 6 hex digits); in `session` when
         given (opening a connection reads every segment's footer: one is enough)."""
         tid = trace_id.strip().lower()
 
         def ask(name: str) -> list[tuple[Any, ...]]:
-            return con.execute(queries.query(name), [tid]).fetchall() if con is not None else self.named(name, [tid])
+            return (session or self).named(name, [tid])
 
         if ask("trace_exists")[0][0]:
             return tid
@@ -269,3 +311,43 @@ class Catalog:
     def capture_totals(self) -> dict[str, int]:
         accepted, dropped, skipped = self.named("capture_totals")[0]
         return {"accepted": int(accepted), "dropped_queue_full": int(dropped), "skipped": int(skipped)}
+
+
+class Session:
+    """Reads over one connection to the store (`Catalog.session()`), each as safe as `Catalog.read`:
+    a query that failed because a compaction removed a segment it was reading (or a damaged
+    segment, now left out) runs again on a fresh snapshot; any other DuckDB error is raised as a
+    StoreError (QueryError) with a one-line message. Results are materialized (lists, Arrow tables),
+    so every error surfaces inside the session's own methods."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self._con, self._snap = catalog._open()
+
+    def _run(self, fn: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+        for attempt in range(ATTEMPTS):
+            try:
+                return fn(self._con)
+            except duckdb.Error as exc:
+                if not self.catalog._retry(exc, self._snap, attempt):
+                    raise self.catalog._query_error(exc) from exc
+            self._con.close()
+            self._con, self._snap = self.catalog._open()
+        raise AssertionError("unreachable")
+
+    def fetchall(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
+        """Rows of one query (the store's own SQL: not checked like `Catalog.sql`'s)."""
+        return self._run(lambda con: con.execute(sql, params or []).fetchall())
+
+    def arrow(self, sql: str, params: Sequence[Any] | None = None) -> pa.Table:
+        return self._run(lambda con: con.sql(sql, params=params or []).to_arrow_table())
+
+    def named(self, name: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
+        """Rows of a named query of otel_replay/store/sql (`queries.query(name)`)."""
+        return self.fetchall(queries.query(name), params)
+
+    def named_arrow(self, name: str, params: Sequence[Any] | None = None) -> pa.Table:
+        return self.arrow(queries.query(name), params)
+
+    def close(self) -> None:
+        self._con.close()

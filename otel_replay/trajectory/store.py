@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from otel_replay.store import Catalog, queries
+from otel_replay.store import Catalog
 from otel_replay.trajectory.dataflow import dataflow_edges
 from otel_replay.trajectory.model import Step, Trajectory
 
@@ -73,17 +73,14 @@ class Store(Catalog):
 
     def trajectory(self, trace_id: str) -> Trajectory:
         """The ordered steps of one trace (an id or unique prefix), with payloads and dataflow."""
-        con = self.connect()
-        try:
-            tid = self.resolve_trace_id(trace_id, con)
-            rows = con.sql(queries.query("trajectory_steps"), params=[tid]).to_arrow_table().to_pylist()
-            trace = con.sql(queries.query("trajectory_trace"), params=[tid]).to_arrow_table().to_pylist()
-            parents = dict(con.execute(queries.query("trace_span_parents"), [tid]).fetchall())
+        with self.session() as s:
+            tid = self.resolve_trace_id(trace_id, s)
+            rows = s.named_arrow("trajectory_steps", [tid]).to_pylist()
+            trace = s.named_arrow("trajectory_trace", [tid]).to_pylist()
+            parents = dict(s.named("trace_span_parents", [tid]))
             digests = sorted({d for r in rows for d in (r["input_hashes"] or []) + (r["output_hashes"] or [])}
                              | {r[k] for r in rows for k in ("system_hash", "tools_hash") if r[k]})
-            bodies = {h: json.loads(b) for h, b in con.execute(queries.query("messages_by_hash"), [digests]).fetchall()}
-        finally:
-            con.close()
+            bodies = {h: json.loads(b) for h, b in s.named("messages_by_hash", [digests])}
         agent_rows = {r["span_id"]: r for r in rows if r["kind"] == "agent"}
         built = [_step(r, bodies, _owning_agent(r, parents, agent_rows)) for r in rows]
         steps = tuple(s for s in built if s.kind != "agent")
