@@ -1,17 +1,19 @@
 """A small support service: `POST /ask {"question": ...}` answered by the example support agent.
 
-    python examples/service/app.py [--store DIR] [--port 0] [--model-seed 2]
+    python examples/service/app.py [--store DIR] [--otlp-endpoint URL ...] [--port 0] [--model-seed 2]
 
 A plain ASGI app served by uvicorn on 127.0.0.1. The real `opentelemetry-instrumentation-asgi`
 middleware makes each request's SERVER span (`POST /ask`); inside it the support agent
 (`otel_replay.testing.support_agent`) runs the real `openai` SDK against a simulated model that
 this process starts on 127.0.0.1, traced by the real `opentelemetry-instrumentation-openai-v2`,
-captured by `ReplayProcessor` into `--store`. Nothing is faked: the simulated model copies the
-order id wrong on its own now and then (the support script's 10% typo rate, seeded by
-`--model-seed` and the question), and the customer is then refused the refund they were owed.
+captured by `ReplayProcessor` into `--store` and/or sent over OTLP/HTTP (protobuf) to each
+`--otlp-endpoint` (e.g. `otel-replay collect` and a trace backend, as `run_watch.py` does).
+Nothing is faked: the simulated model copies the order id wrong on its own now and then (the
+support script's 10% typo rate, seeded by `--model-seed` and the question), and the customer is
+then refused the refund they were owed.
 
 Prints `listening on http://127.0.0.1:PORT` when ready; SIGTERM or Ctrl-C stops it and flushes
-every captured span to the store.
+every captured span to the store and to each OTLP endpoint.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import json
 import signal
 import socket
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from otel_replay.store import default_root
@@ -39,19 +41,23 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 class SupportService:
     """The ASGI app, with its OpenTelemetry setup and its model client."""
 
-    def __init__(self, store: str, model_seed: int) -> None:
+    def __init__(self, store: str | None, model_seed: int, otlp_endpoints: Sequence[str] = ()) -> None:
         enable_content_capture()  # message content on spans: set before the instrumentation is imported
         import openai
         from opentelemetry import trace
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
         from opentelemetry.sdk.resources import Resource
         from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
         from otel_replay import ReplayProcessor
 
-        # The Quickstart: one processor on the service's TracerProvider.
         self.provider = TracerProvider(resource=Resource.create({"service.name": SERVICE}))
-        self.provider.add_span_processor(ReplayProcessor(store))
+        if store is not None:  # the Quickstart: one processor on the service's TracerProvider
+            self.provider.add_span_processor(ReplayProcessor(store))
+        for endpoint in otlp_endpoints:  # the ordinary OTLP setup: one batch exporter per destination
+            self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=traces_url(endpoint))))
         trace.set_tracer_provider(self.provider)
         self.instrumentor = OpenAIInstrumentor()
         self.instrumentor.instrument(tracer_provider=self.provider)
@@ -67,7 +73,7 @@ class SupportService:
                                        exclude_spans=["receive", "send"])
 
     def close(self) -> None:
-        """Stop the model, uninstrument, and flush every accepted span to the store."""
+        """Stop the model, uninstrument, and flush every accepted span to the store and the endpoints."""
         self.model_server.stop()
         self.instrumentor.uninstrument()
         self.provider.shutdown()
@@ -94,6 +100,13 @@ class SupportService:
         except Exception as exc:  # noqa: BLE001 - a failed request is a 500 (the middleware marks the span)
             return await _reply(send, 500, {"error": f"{type(exc).__name__}: {exc}"})
         return await _reply(send, 200, {"answer": answer, "trace_id": trace_id})
+
+
+def traces_url(endpoint: str) -> str:
+    """An OTLP/HTTP base URL (as $OTEL_EXPORTER_OTLP_ENDPOINT) -> its traces URL; a URL that already
+    ends in /v1/traces is kept."""
+    endpoint = endpoint.rstrip("/")
+    return endpoint if endpoint.endswith("/v1/traces") else f"{endpoint}/v1/traces"
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:
@@ -143,12 +156,17 @@ def main() -> None:
     import uvicorn
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", default=str(default_root()), help="store directory (default: $OTEL_REPLAY_STORE or ./otel-replay-store)")
+    parser.add_argument("--store", help="store directory for ReplayProcessor (default: $OTEL_REPLAY_STORE or "
+                                        "./otel-replay-store, unless --otlp-endpoint is given)")
+    parser.add_argument("--otlp-endpoint", action="append", default=[], metavar="URL",
+                        help="also send every span over OTLP/HTTP (protobuf) to URL/v1/traces (repeatable)")
     parser.add_argument("--port", type=int, default=8080, help="port on 127.0.0.1 (0: a free port; default 8080)")
     parser.add_argument("--model-seed", type=int, default=2,
                         help="the simulated model's seed (default 2: 3 of load.py's 20 questions get the typo)")
     args = parser.parse_args()
-    service = SupportService(args.store, args.model_seed)
+    store = args.store if args.store or args.otlp_endpoint else str(default_root())
+    service = SupportService(store, args.model_seed, args.otlp_endpoint)
+    sinks = ", ".join([*([f"store: {store}"] if store else []), *(f"OTLP: {traces_url(e)}" for e in args.otlp_endpoint)])
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
@@ -156,7 +174,7 @@ def main() -> None:
     # uvicorn handles SIGTERM and Ctrl-C itself (stops accepting, finishes open requests), then re-raises it
     signal.signal(signal.SIGTERM, _stop)
     server = uvicorn.Server(uvicorn.Config(service.asgi(), log_level="warning", access_log=False))
-    print(f"listening on http://127.0.0.1:{sock.getsockname()[1]} (store: {args.store})", flush=True)
+    print(f"listening on http://127.0.0.1:{sock.getsockname()[1]} ({sinks})", flush=True)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
@@ -164,7 +182,7 @@ def main() -> None:
     finally:
         sock.close()
         service.close()
-        print(f"stopped; captured spans flushed to {args.store}", flush=True)
+        print(f"stopped; captured spans flushed ({sinks})", flush=True)
     sys.exit(0)
 
 

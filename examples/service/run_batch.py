@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -49,10 +51,17 @@ def otel_replay(store: Path, *args: str) -> None:
     exe = Path(sys.executable).with_name("otel-replay")
     found = str(exe) if exe.exists() else shutil.which("otel-replay")
     command = [found] if found else [sys.executable, "-c", "from otel_replay.cli import main; main()"]
-    print(f"$ otel-replay --store {store} {' '.join(args)}", flush=True)
+    print(f"$ otel-replay --store {store} {' '.join(map(shell_word, args))}", flush=True)
     done = subprocess.run([*command, "--store", str(store), *args])
     if done.returncode not in VERDICT_EXITS:
         raise subprocess.CalledProcessError(done.returncode, done.args)
+
+
+def shell_word(arg: str) -> str:
+    """`arg` as a shell word a reader can paste: bare, else in double quotes when that is safe."""
+    if re.fullmatch(r"[\w@%+=:,./-]+", arg):
+        return arg
+    return f'"{arg}"' if not set(arg) & set('"$`\\!') else shlex.quote(arg)
 
 
 def start_service(store: Path, seed: int) -> tuple[subprocess.Popen[str], str]:

@@ -26,6 +26,8 @@ def _line(event: dict[str, Any]) -> str:
         return f"{trace}: {event['headline']} (job {event['job_id']}, {event['policy_calls']} policy calls)"
     if kind == "linked":
         return f"{trace}: same failure as {event['representative']}, linked to its result (job {event['job_id']})"
+    if kind == "exported":
+        return f"{trace}: {event['spans']} blame spans sent into the trace (job {event['job_id']})"
     if kind == "skipped":
         return f"skipped {', '.join(event['trace_ids'])}: {event['reason']}"
     if kind == "status":
