@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from otel_replay.attribution import stats
 from otel_replay.attribution.plans import boundary_spec
@@ -42,6 +42,10 @@ from otel_replay.attribution.sequential import (
 )
 from otel_replay.trajectory import Trajectory
 
+StepVerdict = Literal["decisive", "contributing", "locked-in", "no effect", "protective", "undecided",
+                      "observation-only", "no policy", "unreplayable", "not scored"]
+"""A step's verdict (result.STEP_VERDICTS lists them in the report's order)."""
+
 CLEARED = "cleared"  # a decision: the step was cleared as part of a negligible or protective block (gallop)
 
 
@@ -57,7 +61,7 @@ class StepEstimate:
     resampled_ci: tuple[float, float] | None = None
     n_held: int = 0
     n_resampled: int = 0
-    verdict: str = "not scored"
+    verdict: StepVerdict = "not scored"
     culprit: bool = False
     decision: str | None = None  # harmful, protective, negligible, undecided, cleared; None: not tested
     stopped: str | None = None  # why sampling stopped: decided, cap, futile (more would not decide), budget
@@ -138,7 +142,7 @@ def tests_for(resamplable: int, search: str, full: bool) -> int:
 
 class ContrastiveScan:
     def __init__(self, steps: Sequence[int], end: int, resamplable: list[int], source: Outcomes,
-                 options: ScanOptions, fixed: dict[int, str] | None = None,
+                 options: ScanOptions, fixed: dict[int, StepVerdict] | None = None,
                  on_step: Callable[[StepEstimate], None] | None = None) -> None:
         """`steps`: every step index; `end`: the boundary after the last step (all held: the factual
         plan); `fixed`: the verdicts of steps that cannot be re-decided (observation-only, no policy)."""

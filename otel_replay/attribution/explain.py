@@ -48,7 +48,7 @@ def explain(trajectory: Trajectory, result: AttributionResult, repair: Repair | 
     if result.verdict == "unreplayable":
         return {"what": what, **_unreplayable(trajectory, rows, runner), "causal_trace": ""}
     if result.verdict == "culprit-found" and result.culprit is not None:
-        return {"what": what, **_culprit(result, by_index, repair, band, repair_searched),
+        return {"what": what, **_culprit(result, result.culprit, by_index, repair, band, repair_searched),
                 "causal_trace": _chain(rows, result)}
     if result.verdict == "undecided" or result.verdict == "partial":
         return {"what": what, **_undecided(result, by_index, band), "causal_trace": _chain(rows, result)}
@@ -62,9 +62,9 @@ def _shapley_row(trajectory: Trajectory, value: Row) -> Row:
             "verdict": value["verdict"], "to_decide": None, "calls_per_rollout": None, "stopped": None}
 
 
-def _culprit(result: AttributionResult, by_index: dict[int, Row], repair: Repair | None, band: str,
-             repair_searched: bool | None = None) -> dict[str, str]:
-    c = by_index.get(result.culprit["index"], result.culprit)  # type: ignore[index]
+def _culprit(result: AttributionResult, culprit: Row, by_index: dict[int, Row], repair: Repair | None,
+             band: str, repair_searched: bool | None = None) -> dict[str, str]:
+    c = by_index.get(culprit["index"], culprit)
     verb = "succeeds" if result.credit else "fails"
     later = [r for i, r in sorted(by_index.items()) if i > c["index"] and r["verdict"] in ("locked-in", "protective")]
     locked = [r["index"] for r in later if r["verdict"] == "locked-in"]

@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, cast
 
 from otel_replay.attribution import outcomes, verifiers
 from otel_replay.attribution import repair as repair_search
@@ -39,6 +39,7 @@ from otel_replay.attribution.contrastive import (
     RunnerOutcomes,
     ScanOptions,
     StepEstimate,
+    StepVerdict,
     label,
 )
 from otel_replay.attribution.explain import explain
@@ -47,6 +48,7 @@ from otel_replay.attribution.plans import Budget, BudgetExhausted, RolloutSpec
 from otel_replay.attribution.result import (
     AttributionResult,
     Explanation,
+    Method,
     finding_verdict,
     shapley_finding,
     step_rows,
@@ -116,7 +118,7 @@ class JobParams:
     # how to rebuild it: "module:fn", "contains:TEXT", "regex:RE", "json-schema:FILE"; or the function itself
     verifier: str | verifiers.Verifier
     threshold: float = 0.5
-    method: str = "contrastive"  # contrastive, shapley, both
+    method: Method = "contrastive"
     rollouts: int | None = None  # fixed rollouts per plan; None: sequential, up to max_rollouts
     max_rollouts: int = DEFAULT_MAX_ROLLOUTS  # the cap per plan of sequential sampling
     epsilon: float = DEFAULT_EPSILON  # the practical-equivalence band: effects within +-epsilon are "no effect"
@@ -198,7 +200,8 @@ def select_traces(store: Store, predicate: str) -> list[str]:
     except QueryError as exc:
         said = [line for line in exc.detail.splitlines()[:2] if line and not line.startswith("LINE")]
         raise AttributionError(f"--where {predicate!r}: SQL error: {'; '.join(said)}") from exc  # error and hint
-    return rows.column("trace_id").to_pylist()
+    # cast: `traces.trace_id` is never NULL, so the column holds str only (pyarrow types it list[Any | None])
+    return cast("list[str]", rows.column("trace_id").to_pylist())
 
 
 def load_params(store: Store, job_id: str) -> tuple[JobParams, int]:
@@ -397,12 +400,12 @@ class Job:
             raise AttributionError(
                 f"trace {trajectory.trace_id} {said}; attributing a {'failing' if p.credit else 'passing'} run is "
                 "an error" + ("" if p.credit else " (use --credit to find which step secured the success)"))
-        resamplable = [s.index for s in trajectory.steps if runner.can_resample(trajectory, s.index)]
-        fixed = {s.index: "observation-only" if s.observation_only else "no policy"
-                 for s in trajectory.steps if s.index not in resamplable}
+        resamplable = [s.position for s in trajectory.steps if runner.can_resample(trajectory, s.position)]
+        fixed: dict[int, StepVerdict] = {s.position: "observation-only" if s.observation_only else "no policy"
+                                         for s in trajectory.steps if s.position not in resamplable}
         source = RunnerOutcomes(trajectory, runner, resamplable)
         options = ScanOptions(p.design(), full=p.full, search=p.search)
-        scan = ContrastiveScan([s.index for s in trajectory.steps], len(trajectory), resamplable, source, options,
+        scan = ContrastiveScan([s.position for s in trajectory.steps], len(trajectory), resamplable, source, options,
                                fixed, on_step=lambda est: self._lead(trajectory, est))
         estimates: list[StepEstimate] = scan.run() if p.method in ("contrastive", "both") else []
         finding = label({e.index: e for e in estimates}, resamplable) if estimates else None

@@ -33,7 +33,7 @@ from otel_replay.store.location import StoreLocation
 try:
     import fcntl
 except ImportError:  # not POSIX: no lock (one job per id is then up to the user)
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # the module or None: acquire() checks which
 
 LOCK_DIR = "locks"
 _SAFE_ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
@@ -103,7 +103,7 @@ class JobLock:
             with contextlib.suppress(OSError):  # else it goes stale and is taken over
                 self.location.delete(self.lease)
             return
-        if self._fd is None:
+        if self._fd is None or self.path is None:  # never locked (a path is set whenever _fd is)
             return
         try:
             self.path.unlink(missing_ok=True)  # while still locked, so no one locks a file about to vanish
@@ -126,7 +126,7 @@ class JobLock:
             except FileExistsError:
                 holder = self._holder()
                 age_s = (time.time_ns() - int(holder.get("renewed_ns", 0))) / 1e9 if holder else None
-                if age_s is not None and age_s < self.stale_after_s:
+                if holder is not None and age_s is not None and age_s < self.stale_after_s:
                     raise JobLocked(
                         f"job {self.job_id} is already running in process {holder.get('pid')} on host "
                         f"{holder.get('host')} (lease {self.location.uri(self.lease)}, renewed {age_s:.0f} s ago); "

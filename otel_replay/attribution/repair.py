@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,7 +53,7 @@ def drift(original: Any, candidate: Any) -> float:
     return round(1 - difflib.SequenceMatcher(None, a, b).ratio(), 4)
 
 
-def candidates(rows: list[dict], proposals: list[Any] = ()) -> list[list[dict[str, Any]]]:
+def candidates(rows: list[dict[str, Any]], proposals: Sequence[Any] = ()) -> list[list[dict[str, Any]]]:
     outputs = [json.loads(r["detail"])["step_output"] for r in rows
                if r.get("detail") and r["failed"] is False and not r["unreplayable"]
                and json.loads(r["detail"]).get("step_output")]
@@ -69,7 +70,7 @@ def repair_looks(design: Design) -> tuple[int, ...]:
 
 
 def search(trajectory: Trajectory, runner: RolloutRunner, culprit: int, resamplable: list[int],
-           rows: list[dict], design: Design, alpha: float, proposals: list[Any] = ()) -> list[Repair]:
+           rows: list[dict[str, Any]], design: Design, alpha: float, proposals: Sequence[Any] = ()) -> list[Repair]:
     original = list(trajectory.step(culprit).outputs)
     later = boundary_plan(resamplable, culprit + 1).interventions
     looks = repair_looks(design)

@@ -21,19 +21,24 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from otel_replay.attribution.contrastive import Finding, StepEstimate
+from otel_replay.attribution.contrastive import Finding, StepEstimate, StepVerdict
 from otel_replay.normalize.messages import message_text
 from otel_replay.trajectory import Trajectory
 
 REPORT_SCHEMA = "otel-replay/attribution-report/1"
-TRACE_VERDICTS = ("culprit-found", "no-culprit", "undecided", "unreplayable")
-STEP_VERDICTS = ("decisive", "contributing", "locked-in", "no effect", "protective", "undecided",
+TraceVerdict = Literal["culprit-found", "no-culprit", "undecided", "unreplayable", "partial"]
+"""A trace's verdict: one of TRACE_VERDICTS, or `partial` in a report written before `undecided` existed."""
+TRACE_VERDICTS: tuple[TraceVerdict, ...] = ("culprit-found", "no-culprit", "undecided", "unreplayable")
+STEP_VERDICTS: tuple[StepVerdict, ...] = ("decisive", "contributing", "locked-in", "no effect", "protective", "undecided",
                  "observation-only", "no policy", "unreplayable", "not scored")
 
 
 EXPLANATION_KEYS = ("what", "where", "why", "fix")
+
+Method = Literal["contrastive", "shapley", "both"]
+"""How a job attributes: contrastive (the point of commitment), Shapley values, or both."""
 
 HtmlWriter = Callable[[dict[str, Any], Path | None], str]
 """Renders a report document as the HTML page `attribute --html` writes (and writes it to the path
@@ -52,8 +57,8 @@ class Explanation(dict[str, str]):
 class AttributionResult:
     job_id: str
     trace_id: str
-    method: str
-    verdict: str  # one of TRACE_VERDICTS
+    method: Method
+    verdict: TraceVerdict
     recorded_score: float
     threshold: float
     credit: bool
@@ -193,7 +198,7 @@ def shapley_finding(shapley: list[dict[str, Any]], resamplable: list[int]) -> Fi
 
 
 def finding_verdict(finding: Finding, resamplable: list[int], estimates: list[StepEstimate],
-                    shapley: list[dict[str, Any]]) -> str:
+                    shapley: list[dict[str, Any]]) -> TraceVerdict:
     if not resamplable:
         return "unreplayable"
     if finding.culprit is not None:

@@ -133,13 +133,14 @@ class RolloutRunner:
                     queued[key] = other
             pending = list(queued.values())
         while waiting:  # a chain (a rollout waiting on one that waits too) resolves back to front
-            still = []
+            still: list[tuple[RolloutSpec, Row]] = []
             for spec, row in waiting:
-                other = self.done.get((trace, self.coinciding_spec(spec, row["coincides_at"]).plan.key(), spec.rollout))
-                if other is None:
+                finished = self.done.get((trace, self.coinciding_spec(spec, row["coincides_at"]).plan.key(),
+                                          spec.rollout))
+                if finished is None:
                     still.append((spec, row))
                 else:
-                    self.record(self._continued(row, other))
+                    self.record(self._continued(row, finished))
             if len(still) == len(waiting):  # the rest wait on rollouts the budget cut off
                 break
             waiting = still

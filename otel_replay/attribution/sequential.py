@@ -57,13 +57,15 @@ class Design:
     tests: int = 1  # contrasts the search may test: alpha is split over them
 
     @classmethod
-    def fixed(cls, rollouts: int, **kwargs: float | int) -> Design:
+    def fixed(cls, rollouts: int, *, alpha: float = DEFAULT_ALPHA, epsilon: float = DEFAULT_EPSILON,
+              tests: int = 1) -> Design:
         """One look at `rollouts`: no sequential sampling."""
-        return cls(looks=(rollouts,), **kwargs)  # type: ignore[arg-type]
+        return cls(alpha=alpha, epsilon=epsilon, looks=(rollouts,), tests=tests)
 
     @classmethod
-    def sequential(cls, max_rollouts: int, **kwargs: float | int) -> Design:
-        return cls(looks=sequential_looks(max_rollouts), **kwargs)  # type: ignore[arg-type]
+    def sequential(cls, max_rollouts: int, *, alpha: float = DEFAULT_ALPHA, epsilon: float = DEFAULT_EPSILON,
+                   tests: int = 1) -> Design:
+        return cls(alpha=alpha, epsilon=epsilon, looks=sequential_looks(max_rollouts), tests=tests)
 
     def with_tests(self, tests: int) -> Design:
         return _with_tests(self, max(1, tests))

@@ -58,7 +58,7 @@ def shapley_values(trajectory: Trajectory, runner: RolloutRunner, resamplable: l
                 contributions[step].append(float(np.mean(values)))  # one antithetic pair -> one sample
         if runner.budget.exhausted:
             break
-    out = []
+    out: list[dict[str, Any]] = []
     each = alpha / max(1, len(resamplable))
     for step in resamplable:
         value, low, high = stats.mean_interval(np.array(contributions[step]), each)

@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from otel_replay.attribution import outcomes
 from otel_replay.attribution.job import AttributionError, Job, JobInterrupted, spent_calls
@@ -173,7 +173,8 @@ class Watcher:
         except QueryError as exc:
             raise AttributionError(f"--where {o.where!r}: SQL error: {exc.detail.splitlines()[0]}") from exc
         rows = []
-        for trace_id in ids.to_pylist():
+        # cast: `trace_id` is never NULL, so the column holds str only (pyarrow types it list[Any | None])
+        for trace_id in cast("list[str]", ids.to_pylist()):
             if self.stopping:
                 break
             row = outcomes.evaluate(self.store.trajectory(trace_id), o.verifier, o.verifier_name, o.threshold, o.seed)

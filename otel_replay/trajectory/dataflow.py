@@ -41,13 +41,13 @@ def dataflow_edges(steps: Sequence[Step]) -> list[Edge]:
         later = steps[i + 1 :]
         if source.kind == "tool" and source.tool_call_id:
             edges += [
-                Edge(source.index, t.index, "tool_result", source.tool_call_id)
+                Edge(source.position, t.position, "tool_result", source.tool_call_id)
                 for t in later if t.kind == "llm" and source.tool_call_id in _response_ids(t)
             ]
         if source.kind != "llm":
             continue
         for digest in source.output_hashes:
-            edges += [Edge(source.index, t.index, "message", digest)
+            edges += [Edge(source.position, t.position, "message", digest)
                       for t in later if t.kind == "llm" and digest in t.input_hashes]
         for call in _calls(source):
             target = next(
@@ -58,6 +58,6 @@ def dataflow_edges(steps: Sequence[Step]) -> list[Edge]:
                 None,
             )
             if target is not None:
-                claimed_tools.add(target.index)
-                edges.append(Edge(source.index, target.index, "tool_call", str(call.get("id") or call.get("name"))))
+                claimed_tools.add(target.position)
+                edges.append(Edge(source.position, target.position, "tool_call", str(call.get("id") or call.get("name"))))
     return edges

@@ -50,6 +50,13 @@ class Step:
     span_ids: tuple[str, ...] = ()
 
     @property
+    def position(self) -> int:
+        """`index` of a step of `Trajectory.steps`, where it is always set (only agent spans have none)."""
+        if self.index is None:
+            raise ValueError(f"span {self.span_id} ({self.kind} {self.name}) is not a step: it has no index")
+        return self.index
+
+    @property
     def duration_ms(self) -> float | None:
         if self.start_ns is None or self.end_ns is None:
             return None
