@@ -45,8 +45,9 @@ SCORED = ("decisive", "contributing", "locked-in", "no effect", "protective", "u
 def blamed_steps(report: dict[str, Any]) -> list[dict[str, Any]]:
     """The report's steps as blame sees them: the contrastive steps, or, for a Shapley-only report, the
     Shapley values (their value as the score)."""
-    if report["steps"] or not report.get("shapley"):
-        return report["steps"]
+    steps: list[dict[str, Any]] = report["steps"]
+    if steps or not report.get("shapley"):
+        return steps
     return [{"index": s["index"], "span_id": s["span_id"], "name": s["name"], "estimate": s["value"],
              "ci_low": s["ci_low"], "ci_high": s["ci_high"], "verdict": s["verdict"],
              "culprit": bool(s.get("culprit")), "rank": s.get("rank")} for s in report["shapley"] if "span_id" in s]

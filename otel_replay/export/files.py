@@ -65,7 +65,7 @@ def to_jaeger(spans: Sequence[SpanRecord]) -> dict[str, Any]:
         if span.status_code == "error":
             tags.append(_tag("error", True))
         start_us = (span.start_ns or 0) // 1000
-        references = [{"refType": "CHILD_OF", "traceID": span.trace_id, "spanID": span.parent_span_id}] \
+        references: list[dict[str, Any]] = [{"refType": "CHILD_OF", "traceID": span.trace_id, "spanID": span.parent_span_id}] \
             if span.parent_span_id else []
         references += [{"refType": "FOLLOWS_FROM", "traceID": link.get("trace_id"), "spanID": link.get("span_id")}
                        for link in span.links if link.get("span_id")]

@@ -208,7 +208,7 @@ def _repair(report: Mapping[str, Any], trajectory: Trajectory | None) -> str:
     if step is not None:
         before, after = messages_text(step.outputs), messages_text(repair["output"])
     else:
-        row = next((r for r in report["steps"] if r["index"] == index), {})
+        row: dict[str, Any] = next((r for r in report["steps"] if r["index"] == index), {})
         before, after = str(row.get("output") or ""), preview_text(repair["output"])
     return (f'<h3>Repair: step {escape(index)}\'s output replaced</h3>'
             f'<p class="{"ok" if repair["valid"] else "bad"}"><b>{label}</b>: the run then fails '

@@ -10,7 +10,9 @@ from typing import Any
 
 @cache
 def report_schema() -> dict[str, Any]:
-    return json.loads(resources.files("otel_replay").joinpath("schemas/attribution-report.schema.json").read_text())
+    schema: dict[str, Any] = json.loads(
+        resources.files("otel_replay").joinpath("schemas/attribution-report.schema.json").read_text())
+    return schema
 
 
 def validate(report: dict[str, Any]) -> None:

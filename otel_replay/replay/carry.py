@@ -74,7 +74,7 @@ class Carrying:
     def _live_call(self, step: Step, calls: Calls | None = None) -> dict[str, Any] | None:
         """The live tool call a recorded tool step answers (by call id, else by name and order);
         `calls`: its llm step's live calls, when not yet in `live`."""
-        source = self.prep.source_of.get(step.index)  # type: ignore[arg-type]
+        source = self.prep.source_of.get(step.index)  # type: ignore[arg-type]  # a step of Trajectory.steps: its index is never None
         if source is None:
             return self.prep.own_call[step.index]
         if calls is None:

@@ -113,7 +113,7 @@ class Prepared:
                     (m, hashes[i] if i < len(hashes) else message_hash(m), _response_ids(m))
                     for i, m in enumerate(step.inputs))
                 self._know_arguments(recorded.calls)
-            source = self.source_of.get(step.index)  # type: ignore[arg-type]
+            source = self.source_of.get(step.index)  # type: ignore[arg-type]  # a step of Trajectory.steps: its index is never None
             if source is not None:
                 self.bound.setdefault(source, []).append(step)
             elif tool_like:
@@ -121,7 +121,7 @@ class Prepared:
         for tools in self.bound.values():
             for step in tools:
                 self.earlier[step.index] = sum(1 for s in tools if s.tool_name == step.tool_name
-                                               and s.index < step.index)  # type: ignore[operator]
+                                               and s.position < step.position)
         self.llm_steps = [s for s in trajectory.steps if s.kind == "llm"]
         self.delegated = delegated_answers(trajectory)  # a sub-agent's answer step -> the tool step it answers
 
@@ -146,7 +146,7 @@ class Prepared:
         entry = self.plans.get(id(plan))
         if entry is not None and entry[0] is plan:  # the entry holds the plan, so its id is not reused
             return entry[1], entry[2]
-        table = {step.index: plan.action(step.index) for step in self.steps}  # type: ignore[arg-type]
+        table = {step.index: plan.action(step.index) for step in self.steps}  # type: ignore[arg-type]  # a step of Trajectory.steps: its index is never None
         key = plan.key()
         with _LOCK:
             while len(self.plans) >= _PLANS_MAX:

@@ -259,7 +259,7 @@ class Replayer(Carrying, Looping):
         raise _Coincides
 
     def _llm(self, step: Step) -> None:
-        index: int = step.index  # type: ignore[assignment]
+        index: int = step.index  # type: ignore[assignment]  # a step of Trajectory.steps: its index is never None
         prep = self.prep
         intervention = self.actions[index]
         action = intervention.action
@@ -307,7 +307,7 @@ class Replayer(Carrying, Looping):
             self.ended = True  # the agent answers instead of calling a tool: the run ends here
 
     def _tool(self, step: Step) -> None:
-        index: int = step.index  # type: ignore[assignment]
+        index: int = step.index  # type: ignore[assignment]  # a step of Trajectory.steps: its index is never None
         call = self._live_call(step)
         if call is None:  # the model no longer makes this call: the step does not happen
             self._drop_tool_output(step)

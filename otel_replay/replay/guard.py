@@ -21,11 +21,14 @@ import queue
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 IDLE_S = 30.0
 ASYNC_GRACE_S = 0.25  # the watcher waits this much longer than an async policy's own timeout
 _CANCEL_WAIT_S = 1.0  # how long a cancelled coroutine gets to finish its cleanup
+
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
 
 
 class CallRefused(Exception):  # noqa: N818 - a refusal, not an error
@@ -37,13 +40,14 @@ class PolicyTimeout(Exception):  # noqa: N818 - named for what happened
     """A policy call ran past its timeout."""
 
 
-class Watched(Protocol):
-    """What the watcher reads of a running rollout (`engine.Replayer`)."""
+class Watched(Protocol[R_co]):
+    """What the watcher reads of a running rollout (`engine.Replayer`, whose result is a `ReplayRun`)."""
 
-    call_started: float | None  # time.monotonic() when the policy call in progress began
+    @property
+    def call_started(self) -> float | None: ...  # time.monotonic() when the policy call in progress began
 
-    def walk(self) -> Any: ...
-    def abandon(self) -> Any: ...  # the errored result, or None if the walk already finished
+    def walk(self) -> R_co: ...
+    def abandon(self) -> R_co | None: ...  # the errored result, or None if the walk already finished
 
 
 def run_coroutine(awaitable: Awaitable[Any], timeout_s: float | None) -> Any:
@@ -67,9 +71,9 @@ async def _bounded(awaitable: Awaitable[Any], timeout_s: float) -> Any:
     raise PolicyTimeout(f"did not return within {timeout_s:g} s (cancelled)")
 
 
-def supervise(rollout: Watched, timeout_s: float) -> Any:
+def supervise(rollout: Watched[R], timeout_s: float) -> R:
     """`rollout.walk()` on a worker thread, abandoned when a policy call outlasts `timeout_s`."""
-    box = _Box()
+    box: _Box[R] = _Box()
     _WORKERS.submit(lambda: box.run(rollout.walk))
     limit = timeout_s + ASYNC_GRACE_S
     while True:
@@ -84,22 +88,23 @@ def supervise(rollout: Watched, timeout_s: float) -> Any:
                 return abandoned
 
 
-class _Box:
+class _Box(Generic[R]):
     """The result (or exception) of a function run on a worker."""
+
+    _value: R  # set by run(), before `done`
 
     def __init__(self) -> None:
         self.done = threading.Event()
-        self._value: Any = None
         self._error: BaseException | None = None
 
-    def run(self, fn: Callable[[], Any]) -> None:
+    def run(self, fn: Callable[[], R]) -> None:
         try:
             self._value = fn()
         except BaseException as exc:  # noqa: BLE001 - handed to the caller, who re-raises it
             self._error = exc
         self.done.set()
 
-    def result(self) -> Any:
+    def result(self) -> R:
         if self._error is not None:
             raise self._error
         return self._value

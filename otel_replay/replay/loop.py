@@ -41,7 +41,7 @@ class Looping:
     def _run_new_calls(self, step: Step, calls: Calls) -> list[Message]:
         """Tool calls the recording never made: run their policies now; their results follow the call."""
         taken = set()
-        for bound in self.prep.bound.get(step.index, ()):  # type: ignore[arg-type]
+        for bound in self.prep.bound.get(step.index, ()):  # type: ignore[arg-type]  # a step of Trajectory.steps: its index is never None
             match = self._live_call(bound, calls)
             if match is not None:
                 taken.add(id(match))
@@ -73,10 +73,10 @@ class Looping:
         if not llm_steps:
             return
         last = llm_steps[-1]
-        output = self.live.get(last.index)  # type: ignore[arg-type]
+        output = self.live.get(last.index)  # type: ignore[arg-type]  # a step of Trajectory.steps: its index is never None
         if output is None or output.digest == self.prep.output_hash[last.index] or not output.calls:
             return
-        history = list(self.live_in.get(last.index, last.inputs)) + list(output.messages)  # type: ignore[arg-type]
+        history = list(self.live_in.get(last.index, last.inputs)) + list(output.messages)  # type: ignore[arg-type]  # a step of Trajectory.steps: its index is never None
         history += [o.outputs[0] for o in self.outcomes if o.kind == "tool" and o.outputs
                     and (o.index is None or self.prep.source_of.get(o.index) == last.index)]
         turn = 0

@@ -49,10 +49,12 @@ class SeededOnUse(random.Random):
 
     def seed(self, *args: Any, **kwargs: Any) -> None:
         self.__dict__.pop("_seed_on_use", None)
-        self.__class__ = random.Random
+        # ignore: the instance becomes a plain Random on purpose (no more seeding on use); mypy types __class__ fixed
+        self.__class__ = random.Random  # type: ignore[assignment]
         random.Random.seed(self, *args, **kwargs)
 
     def setstate(self, state: Any) -> None:
         self.__dict__.pop("_seed_on_use", None)
-        self.__class__ = random.Random
+        # ignore: the instance becomes a plain Random on purpose (no more seeding on use); mypy types __class__ fixed
+        self.__class__ = random.Random  # type: ignore[assignment]
         random.Random.setstate(self, state)

@@ -54,13 +54,13 @@ def verify_factual(trajectory: Trajectory, registry: policy_registry.Registry | 
     by_index = {o.index: o for o in run.steps if o.index is not None}
     checks = []
     for step in trajectory.steps:
-        outcome = by_index.get(step.index)
+        outcome = by_index.get(step.position)
         recorded = outputs_hash(list(step.outputs))
         if outcome is None:
-            checks.append(StepCheck(step.index, step.kind, step.name, "not reached", recorded, "", False))
+            checks.append(StepCheck(step.position, step.kind, step.name, "not reached", recorded, "", False))
             continue
         same_inputs = step.kind != "llm" or outputs_hash(list(outcome.inputs)) == outputs_hash(list(step.inputs))
-        checks.append(StepCheck(step.index, step.kind, step.name, outcome.source, recorded, outcome.output_hash,
+        checks.append(StepCheck(step.position, step.kind, step.name, outcome.source, recorded, outcome.output_hash,
                                 same_inputs))
     return FactualCheck(trajectory.trace_id, tuple(checks), _text_hash(trajectory.final_output),
                         _text_hash(run.final_output), run)
