@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from otel_replay.attribution import AttributionError, AttributionResult, Job, JobParams
 from otel_replay.attribution.executors import EngineError, make_executor
@@ -80,6 +80,24 @@ class AttributionBatch(list[AttributionResult]):
                        f"<td>{html.escape(r.headline)}</td></tr>" for r in self)
         return (f"<table><caption>job {html.escape(self.job_id)}: {len(self)} trace(s)</caption>"
                 f"<tr><th>trace</th><th>verdict</th><th>result</th></tr>{rows}</table>")
+
+
+@overload
+def attribute(trace_id_or_ids: str, *, policies: Policies = None,
+              verifier: str | Verifier | None = None, store: Store | str | os.PathLike[str] | None = None,
+              where: str | None = None, resume: None = None, engine: str = "local",
+              address: str | None = None, worker_cpus: float = 0.25,
+              on_progress: Callable[[JobProgress], None] | None = None,
+              **options: Any) -> AttributionResult: ...
+
+
+@overload
+def attribute(trace_id_or_ids: str | Sequence[str] | None = None, *, policies: Policies = None,
+              verifier: str | Verifier | None = None, store: Store | str | os.PathLike[str] | None = None,
+              where: str | None = None, resume: str | None = None, engine: str = "local",
+              address: str | None = None, worker_cpus: float = 0.25,
+              on_progress: Callable[[JobProgress], None] | None = None,
+              **options: Any) -> AttributionResult | AttributionBatch: ...
 
 
 def attribute(trace_id_or_ids: str | Sequence[str] | None = None, *, policies: Policies = None,
@@ -148,6 +166,8 @@ def make_job(trace_id_or_ids: str | Sequence[str] | None = None, *, policies: Po
         raise EngineError(f"--engine {engine} rebuilds the policies and the verifier in its workers from importable "
                           f"paths; the {' and '.join(sorted(job.params.in_process))} given as Python callables "
                           "cannot reach them: give module paths (policies='pkg.policies', verifier='pkg.mod:fn')")
+    # ignore: another engine gets here only with nothing in_process (checked above), so both are importable
+    # strings; the local engine reads neither
     job.executor = make_executor(engine, address, job.params.policies, job.params.verifier,  # type: ignore[arg-type]
                                  job.registry, job.params.concurrency, worker_cpus)
     return job

@@ -24,11 +24,14 @@ import re
 import shutil
 import tempfile
 import weakref
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
+
+if TYPE_CHECKING:
+    from pluggy import Result
 
 MARKER = "otel_replay"
 SECTION = "otel-replay attribution"
@@ -107,7 +110,7 @@ def global_relay() -> Any:
 class Capture:
     """The agent runs one test makes, in a temporary store; `set` what attributes them."""
 
-    def __init__(self, name: str, options: dict[str, Any]) -> None:
+    def __init__(self, name: str, options: Mapping[str, Any]) -> None:
         from otel_replay.capture import ReplayProcessor
 
         self.path = Path(tempfile.mkdtemp(prefix=f"otel-replay-{_safe(name)[:60]}-"))
@@ -143,7 +146,9 @@ class Capture:
         from otel_replay.trajectory import Store
 
         self.stop()
-        return Store(str(self.path)).sql("SELECT trace_id FROM traces ORDER BY start_ns").column("trace_id").to_pylist()
+        ids = Store(str(self.path)).sql("SELECT trace_id FROM traces ORDER BY start_ns").column("trace_id")
+        # cast: `traces.trace_id` is never NULL, so the column holds str only (pyarrow types it list[Any | None])
+        return cast("list[str]", ids.to_pylist())
 
     def close(self, keep: bool) -> None:
         self.stop()
@@ -178,7 +183,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                               ) -> Generator[None, Result[pytest.TestReport], None]:
     outcome = yield
     report = outcome.get_result()
     capture = item.stash.get(_CAPTURE, None)

@@ -62,7 +62,9 @@ class LazyGroup(click.Group):
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
-        rows = [(name, click.utils.make_default_short_help(summary, limit)) for name, (_, _, summary)
+        # a Command's short help shortens `summary` as click.utils.make_default_short_help did (deprecated in click
+        # 8.5, reached only through a module __getattr__ that mypy types as object)
+        rows = [(name, click.Command(name, help=summary).get_short_help_str(limit)) for name, (_, _, summary)
                 in sorted(COMMANDS.items())]
         with formatter.section("Commands"):
             formatter.write_dl(rows)

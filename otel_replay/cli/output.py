@@ -175,5 +175,7 @@ class StoreCommand(click.Command):
         except user_errors() as exc:
             raise click.ClickException(visible(exc)) from exc
         except click.ClickException as exc:
-            exc.message = visible(exc.message)
+            # ignore: click types `message` Final; changed in place, the exception (a UsageError, say) keeps
+            # its class, exit code and context
+            exc.message = visible(exc.message)  # type: ignore[misc]
             raise
