@@ -166,6 +166,9 @@ def test_the_readme_set_up_commands_are_the_ones_ci_runs():
     assert "pip install -e '.[demo]' && otel-replay demo" in readme
     assert "pip install -e '.[dev]' && python -m pytest" in readme
     assert "pip install -e '.[dev]'" in ci and "otel-replay demo" in ci and "python -m pytest" in ci
+    # the linter, then the type checker, as the README's Development section lists them
+    assert "\nruff check .\nmypy " in readme
+    assert ci.index("\nruff check .\n") < ci.index("\nmypy\n")
 
 
 # --- the built site (needs the docs extra) -------------------------------------------------------
