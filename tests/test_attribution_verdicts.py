@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import json
 from pathlib import Path
+from typing import get_args
 
 import jsonschema
 import pytest
@@ -16,7 +17,8 @@ from click.testing import CliRunner
 
 from otel_replay import Store
 from otel_replay.attribution import Job, JobParams
-from otel_replay.attribution.result import STEP_VERDICTS, TRACE_VERDICTS
+from otel_replay.attribution.contrastive import StepVerdict
+from otel_replay.attribution.result import STEP_VERDICTS, TRACE_VERDICTS, TraceVerdict
 from otel_replay.cli import main as cli
 from otel_replay.cli.attribute import EXIT_CODES, exit_code, print_result
 from otel_replay.export.html import render_html
@@ -150,6 +152,10 @@ def test_every_verdict_string_is_declared_and_old_reports_still_load(recorded):
     schema = report_schema()
     assert set(TRACE_VERDICTS) <= set(schema["properties"]["verdict"]["enum"])
     assert set(STEP_VERDICTS) == set(schema["properties"]["steps"]["items"]["properties"]["verdict"]["enum"])
+    # the Literal types mypy checks the code against name the same strings
+    assert set(get_args(StepVerdict)) == set(STEP_VERDICTS)
+    assert set(get_args(TraceVerdict)) == {*TRACE_VERDICTS, "partial"}  # partial: reports older than undecided
+    assert "partial" in schema["properties"]["verdict"]["enum"]
     registry = yaml.safe_load((REPO / "schemas" / "registry.yaml").read_text())
     brief = {a["id"]: a["brief"] for g in registry["groups"] for a in g["attributes"]}
     assert all(v in brief["otel_replay.blame.verdict"] for v in STEP_VERDICTS)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Final, Literal, Protocol
 
 from otel_replay.attribution import stats
 from otel_replay.attribution.plans import boundary_spec
@@ -34,6 +34,7 @@ from otel_replay.attribution.sequential import (
     NEGLIGIBLE,
     PROTECTIVE,
     UNDECIDED,
+    Decision,
     Design,
     Pairs,
     classify,
@@ -46,7 +47,10 @@ StepVerdict = Literal["decisive", "contributing", "locked-in", "no effect", "pro
                       "observation-only", "no policy", "unreplayable", "not scored"]
 """A step's verdict (result.STEP_VERDICTS lists them in the report's order)."""
 
-CLEARED = "cleared"  # a decision: the step was cleared as part of a negligible or protective block (gallop)
+CLEARED: Final = "cleared"  # a decision: the step was cleared as part of a negligible or protective block (gallop)
+Search = Literal["scan", "gallop"]
+"""The contrastive search: `scan` every step backwards, or `gallop` (blocks, then halves)."""
+Stopped = Literal["decided", "cap", "futile", "budget"]
 
 
 @dataclass(slots=True)
@@ -63,8 +67,8 @@ class StepEstimate:
     n_resampled: int = 0
     verdict: StepVerdict = "not scored"
     culprit: bool = False
-    decision: str | None = None  # harmful, protective, negligible, undecided, cleared; None: not tested
-    stopped: str | None = None  # why sampling stopped: decided, cap, futile (more would not decide), budget
+    decision: Decision | Literal["cleared"] | None = None  # None: not tested
+    stopped: Stopped | None = None  # why sampling stopped: decided, cap, futile (more would not decide), budget
     to_decide: int | None = None  # rollouts per plan that would decide an undecided step (None: not by 100k)
     calls_per_rollout: float | None = None  # policy calls one more pair of its two arms takes, on average
 
@@ -73,7 +77,7 @@ class StepEstimate:
 class ScanOptions:
     design: Design = field(default_factory=Design)
     full: bool = False
-    search: str = "scan"  # scan: every step backwards; gallop: blocks, then halves
+    search: Search = "scan"
 
 
 class Outcomes(Protocol):
@@ -128,7 +132,7 @@ class RunnerOutcomes:
         return self.runner.budget.exhausted
 
 
-def tests_for(resamplable: int, search: str, full: bool) -> int:
+def tests_for(resamplable: int, search: Search, full: bool) -> int:
     """How many contrasts the search may test, so alpha is split over all of them."""
     if search != "gallop" or full:
         return max(1, resamplable)

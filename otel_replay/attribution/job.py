@@ -38,6 +38,7 @@ from otel_replay.attribution.contrastive import (
     ContrastiveScan,
     RunnerOutcomes,
     ScanOptions,
+    Search,
     StepEstimate,
     StepVerdict,
     label,
@@ -132,7 +133,7 @@ class JobParams:
     policies: str | None = None
     shapley_permutations: int = 20
     policy_timeout_s: float | None = DEFAULT_POLICY_TIMEOUT_S  # per policy call; None: no limit
-    search: str = "scan"  # contrastive search: scan every step backwards, or gallop (blocks, then halves)
+    search: Search = "scan"  # contrastive search: scan every step backwards, or gallop (blocks, then halves)
     redact: bool = True  # redact policy-made text before it is stored (the built-in detectors) ...
     redact_rules: str | None = None  # ... or with these rules (a YAML or JSON file, as `--redact-rules`)
     skip_unattributable: bool = False  # skip (and list) a trace that passes or cannot be replayed, not fail the job

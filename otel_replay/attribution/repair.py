@@ -19,7 +19,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from otel_replay.attribution import stats
 from otel_replay.attribution.plans import RolloutSpec, boundary_plan
@@ -34,6 +34,11 @@ MAX_CANDIDATES = 3
 REPAIR_CAP = 100  # rollouts per candidate at most: "fixes the run more often than not" needs no more
 
 
+RepairVerdict = Literal["valid", "invalid", "undecided"]
+"""A repair candidate's verdict: its failure rate's interval lies below 0.5 (valid), at or above 0.5
+(invalid), or straddles it (undecided)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Repair:
     step_index: int
@@ -44,7 +49,7 @@ class Repair:
     rollouts: int
     drift: float
     valid: bool
-    verdict: str = "valid"  # valid, invalid, undecided
+    verdict: RepairVerdict = "valid"
 
 
 def drift(original: Any, candidate: Any) -> float:
@@ -80,7 +85,8 @@ def search(trajectory: Trajectory, runner: RolloutRunner, culprit: int, resampla
     options = [c for c in candidates(rows, proposals) if canonical_bytes(c) != recorded]  # not the recording itself
     for n, candidate in enumerate(options[:MAX_CANDIDATES]):
         plan = ReplayPlan(((culprit, Intervention(Action.DO, candidate)), *later), label=f"repair({culprit}.{n})")
-        verdict, k, scored, low, high = "undecided", 0, 0, 0.0, 1.0
+        verdict: RepairVerdict = "undecided"
+        k, scored, low, high = 0, 0, 0.0, 1.0
         for look in looks:
             results = runner.run(trajectory, [RolloutSpec(plan, culprit, "repair", r) for r in range(look)])
             if len(results) < look:  # the budget cut this look short

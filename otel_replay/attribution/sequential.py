@@ -25,10 +25,16 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final, Literal
 
 from otel_replay.attribution import stats
 
-HARMFUL, PROTECTIVE, NEGLIGIBLE, UNDECIDED = "harmful", "protective", "negligible", "undecided"
+Decision = Literal["harmful", "protective", "negligible", "undecided"]
+"""What one interval says of an effect (`classify`)."""
+HARMFUL: Final = "harmful"
+PROTECTIVE: Final = "protective"
+NEGLIGIBLE: Final = "negligible"
+UNDECIDED: Final = "undecided"
 FIRST_LOOK = 20
 LOOK_GROWTH = 1.5
 DEFAULT_MAX_ROLLOUTS = 400  # resolves an effect of 0.2 from the band at epsilon 0.1 with noisy arms
@@ -96,7 +102,7 @@ def _with_tests(design: Design, tests: int) -> Design:
     return split._with_clearing_look() if len(design.looks) > 1 else split
 
 
-def classify(low: float, high: float, epsilon: float) -> str:
+def classify(low: float, high: float, epsilon: float) -> Decision:
     if low > epsilon:
         return HARMFUL
     if high < 0:
