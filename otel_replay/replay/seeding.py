@@ -28,6 +28,9 @@ class SeededOnUse(random.Random):
     __slots__ = ()  # the same layout as random.Random, so the class can be switched in place
     gauss_next = None  # read by gauss() before its first draw, as after seed()
 
+    def __new__(cls, seed: Any = None, position: Any = None) -> SeededOnUse:
+        return super().__new__(cls)  # Python 3.10's C Random.__new__ takes at most one argument
+
     def __init__(self, seed: Any = None, position: Any = None) -> None:  # no super().__init__: it seeds now
         self._seed_on_use = (seed, position)
 
