@@ -43,16 +43,21 @@ PAYLOAD_ATTRIBUTES = frozenset(
 )
 
 
+_TEXT = (str, bytes)
+
+
 def from_semconv_attributes(attrs: Mapping[str, Any]) -> tuple[StepContent, list[str]]:
     """Content from `gen_ai.input.messages` & co. (JSON strings on spans, structured in events)."""
     get = attrs.get
     raw_in, raw_out = get("gen_ai.input.messages"), get("gen_ai.output.messages")
     system, tools = get("gen_ai.system_instructions"), get("gen_ai.tool.definitions")
+    # JSON text parsed here is this step's own: canonicalized in place, not copied
+    owned_in, owned_out = raw_in.__class__ in _TEXT, raw_out.__class__ in _TEXT
     if raw_out is not None:
         raw_out = parse_json(raw_out)
     content = StepContent(  # (an absent attribute reads as [] without the calls)
-        inputs=canonical_messages(parse_json(raw_in)) if raw_in is not None else [],
-        outputs=canonical_messages(raw_out) if raw_out is not None else [],
+        inputs=canonical_messages(parse_json(raw_in), owned_in) if raw_in is not None else [],
+        outputs=canonical_messages(raw_out, owned_out) if raw_out is not None else [],
         system=canonical_system(parse_json(system)) if system is not None else [],
         tools=canonical_tool_definitions(parse_json(tools)) if tools is not None else [],
     )

@@ -87,39 +87,49 @@ def tool_response(response: Any) -> Any:
     return response
 
 
-def canonical_part(part: Any) -> Part:
+def canonical_part(part: Any, owned: bool = False) -> Part:
+    """A part in canonical form; `owned`: `part` was parsed here from JSON (nothing else holds it),
+    so it is changed in place instead of copied (the capture writer's common case)."""
     if not isinstance(part, dict):
         return {"type": "text", "content": "" if part is None else str(part)}
-    out = _drop_nulls(part)
+    out = part if owned and None not in part.values() else _drop_nulls(part)
     ptype = out.get("type")
-    if ptype == "text" and "content" not in out and "text" in out:
-        out["content"] = out.pop("text")
-    if ptype == "tool_call" and isinstance(out.get("arguments"), str):
-        out["arguments"] = parse_json(out["arguments"])
-    if ptype == "tool_call_response" and "response" in out:
+    if ptype == "text":
+        if "content" not in out and "text" in out:
+            out["content"] = out.pop("text")
+    elif ptype == "tool_call":
+        if isinstance(out.get("arguments"), str):
+            out["arguments"] = parse_json(out["arguments"])
+    elif ptype == "tool_call_response" and "response" in out:
         out["response"] = tool_response(out["response"])
     return out
 
 
-def canonical_message(message: Any) -> Message:
-    """Canonicalize a message already in (or close to) the semconv parts shape."""
+def canonical_message(message: Any, owned: bool = False) -> Message:
+    """Canonicalize a message already in (or close to) the semconv parts shape (`owned`: as in
+    `canonical_part`)."""
     if not isinstance(message, dict):
         return {"role": "user", "parts": [canonical_part(message)]}
-    if "parts" not in message:
+    raw_parts = message.get("parts", _ABSENT)
+    if raw_parts is _ABSENT:
         return from_openai_message(message)
-    raw_parts = message.get("parts") or []
-    if not isinstance(raw_parts, list):
+    if not raw_parts:
+        raw_parts = []
+    elif not isinstance(raw_parts, list):
         raise ValueError(f"message parts must be a list, got {type(raw_parts).__name__}")
-    parts = [canonical_part(p) for p in raw_parts]
+    parts = [canonical_part(p, owned) for p in raw_parts]
     if len(parts) > 1:
         parts = [p for p in parts if not (p.get("type") == "text" and p.get("content") == "")]
-    out: Message = {"role": str(message.get("role") or "user"), "parts": parts}
-    if message.get("name") is not None:
-        out["name"] = message["name"]
+    role = message.get("role")
+    out: Message = {"role": role if role.__class__ is str and role else str(role or "user"), "parts": parts}
+    name = message.get("name")
+    if name is not None:
+        out["name"] = name
     return out
 
 
-_MEMO: dict[bytes, Message] = {}
+_ABSENT = object()
+_MEMO: dict[int, tuple[bytes, Message]] = {}  # xxh3-64 of the raw bytes -> (those bytes, the canonical message)
 _SHARED: dict[int, Message] = {}  # the same messages by id: `is_shared`
 _MEMO_MAX = 50_000
 # What the memo holds, counted per entry as its key's bytes twice (the key, and the canonical copy's
@@ -143,8 +153,8 @@ def is_shared(message: Any) -> bool:
     return _SHARED.get(id(message)) is message
 
 
-def canonical_messages(messages: Any) -> list[Message]:
-    """Canonicalize a message list.
+def canonical_messages(messages: Any, owned: bool = False) -> list[Message]:
+    """Canonicalize a message list (`owned`: parsed here from JSON, so its parts change in place).
 
     An agent loop resends its whole history on every call, so a raw message seen a second time is
     memoized by its bytes, and the same (treat as immutable) canonical dict is returned for every
@@ -164,12 +174,14 @@ def canonical_messages(messages: Any) -> list[Message]:
         try:
             key = orjson.dumps(message)
         except (TypeError, orjson.JSONEncodeError):
-            out.append(canonical_message(message))
+            out.append(canonical_message(message, owned))
             continue
-        canonical = _MEMO.get(key)
-        if canonical is None:
-            canonical = canonical_message(message)
-            seen = hash(key)  # cached by the lookup above
+        seen = xxhash.xxh3_64_intdigest(key)  # not hash(key): SipHash costs ~10x more on a message's bytes
+        entry = _MEMO.get(seen)
+        if entry is not None and entry[0] == key:
+            canonical = entry[1]
+        else:
+            canonical = canonical_message(message, owned)
             if seen not in _SEEN:
                 if len(_SEEN) >= _SEEN_MAX:
                     _SEEN.clear()
@@ -180,7 +192,7 @@ def canonical_messages(messages: Any) -> list[Message]:
                     _MEMO.clear()  # capture's memory must stay near its queue's byte cap with large payloads
                     _SHARED.clear()
                     _memo_bytes = 0
-                _MEMO[bytes(memoryview(key))] = canonical  # a tight copy: orjson's output can hold 16x its length
+                _MEMO[seen] = (bytes(memoryview(key)), canonical)  # a tight copy: orjson's output can hold 16x its length
                 _SHARED[id(canonical)] = canonical
                 _memo_bytes += size
         out.append(canonical)

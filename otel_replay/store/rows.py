@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from xxhash import xxh3_128_hexdigest
 
-from otel_replay.normalize.messages import canonical_bytes, content_hash, is_shared
+from otel_replay.normalize.messages import canonical_bytes, is_shared
 from otel_replay.normalize.pipeline import NormalizedSpan
 from otel_replay.store.layout import day_of
 
@@ -88,8 +89,11 @@ class RowBuilder:
         seen = self._by_identity.get(id(value))
         if seen is not None and seen[0] is value:
             return seen[1]
-        data = canonical_bytes(value)
-        digest = content_hash(data)
+        try:  # `canonical_bytes` and `content_hash` (xxh3-128), inline: this runs for every payload
+            data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        except (TypeError, orjson.JSONEncodeError):
+            data = canonical_bytes(value)
+        digest = xxh3_128_hexdigest(data)
         if digest not in self._known:
             if len(self._known) >= self._max_known:
                 self._known.clear()
@@ -123,8 +127,9 @@ class RowBuilder:
                 "scope_name": span.scope_name,
                 "scope_version": span.scope_version,
                 "attributes": _json(item.attributes),
-                "events": _json([{"name": e.name, "time_ns": e.time_ns, "attributes": e.attributes} for e in span.events]),
-                "links": _json(span.links),
+                "events": _json([{"name": e.name, "time_ns": e.time_ns, "attributes": e.attributes}
+                                 for e in span.events]) if span.events else "[]",
+                "links": "[]" if span.links == [] else _json(span.links),
                 "resource": self._resource_json(span.resource),
                 "source": self.source,
                 "ingested_ns": now,

@@ -22,6 +22,7 @@ from otel_replay.store.layout import (
     segment_name,
     segment_rel,
     write_parquet,
+    write_pool,
     write_segment,
 )
 from otel_replay.store.location import StoreLike, StoreLocation
@@ -32,11 +33,18 @@ ARROW_CHUNK = 250  # rows per Arrow conversion, which holds the GIL: ~1 ms at mo
 UNPACED_CHUNK = 2048  # ... and with nothing to pace for: fewer, cheaper conversions (step rows ~12 %)
 
 
-def _chunk(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+def _chunk(rows: list[dict[str, Any]], schema: pa.Schema, ordered: bool = False) -> pa.Table:
     try:
+        if ordered:  # each row's values in the schema's order: columns by zip, in C (from_pylist reads them key by key)
+            pool = write_pool()
+            columns = zip(*map(dict.values, rows), strict=True)
+            arrays = [pa.array(column, type=f.type, memory_pool=pool) for column, f in zip(columns, schema, strict=True)]
+            return pa.Table.from_arrays(arrays, schema=schema)
         return pa.Table.from_pylist(rows, schema=schema)
     except (pa.ArrowInvalid, UnicodeEncodeError):  # a string with lone surrogates: repair the chunk
         return pa.Table.from_pylist([valid_text(r) for r in rows], schema=schema)
+    except ValueError:  # not in the schema's order after all: by name
+        return _chunk(rows, schema)
 
 
 Pace = Callable[[], None] | None
@@ -44,13 +52,14 @@ Pace = Callable[[], None] | None
 have it); None: nothing to pace for (imports, a receiver's worker), so fewer, larger conversions."""
 
 
-def to_arrow(rows: list[dict[str, Any]], table: str, pace: Pace = None) -> pa.Table:
-    """Rows as one Arrow table, converted in chunks, `pace` between them."""
+def to_arrow(rows: list[dict[str, Any]], table: str, pace: Pace = None, ordered: bool = False) -> pa.Table:
+    """Rows as one Arrow table, converted in chunks, `pace` between them; `ordered`: every row has every
+    column, in the schema's order (a `RowBuilder`'s rows), so columns are cut out of the rows by position."""
     schema = schema_of(table)
     size = UNPACED_CHUNK if pace is None else ARROW_CHUNK
     chunks = []
     for i in range(0, len(rows), size):
-        chunks.append(_chunk(rows[i : i + size], schema))
+        chunks.append(_chunk(rows[i : i + size], schema, ordered))
         if pace is not None:
             pace()
     return pa.concat_tables(chunks) if chunks else schema.empty_table()
@@ -69,11 +78,11 @@ class ArrowParts:
     def take(self, batch: RowBatch, pace: Pace = None) -> None:
         """Convert `batch`'s rows (the caller drops the batch when it wants the memory back)."""
         if batch.messages:
-            self.messages.append(to_arrow(batch.messages, "message_rows", pace))
+            self.messages.append(to_arrow(batch.messages, "message_rows", pace, ordered=True))
         for day, rows in batch.spans.items():
-            self.spans.setdefault(day, []).append(to_arrow(rows, "span_rows", pace))
+            self.spans.setdefault(day, []).append(to_arrow(rows, "span_rows", pace, ordered=True))
         for day, rows in batch.steps.items():
-            self.steps.setdefault(day, []).append(to_arrow(rows, "step_rows", pace))
+            self.steps.setdefault(day, []).append(to_arrow(rows, "step_rows", pace, ordered=True))
 
     def write(self, root: StoreLike) -> list[Path | str]:
         """Every table's segments (messages first, then spans, then steps) as one batch that readers
