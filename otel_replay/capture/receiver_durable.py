@@ -64,7 +64,7 @@ class DurableError(OtelReplayError):
     """`--durable` cannot run here (the store is not a local directory)."""
 
 
-class ReplayStuck(Exception):
+class ReplayStuck(OtelReplayError):
     """A replayed request could not be stored in time (its log is kept for the next start)."""
 
 

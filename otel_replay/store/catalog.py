@@ -135,6 +135,19 @@ def _empty_with_day(table: str) -> pa.Table:
     return schema.empty_table()
 
 
+def _segments_view(con: duckdb.DuckDBPyConnection, table: str, segments: duckdb.DuckDBPyRelation) -> None:
+    """The table's view over its segments, with every declared column: a column no segment has
+    (segments written before it was added) reads as NULL of its declared type."""
+    missing = [f.name for f in schema_of(table) if f.name not in segments.columns]
+    if not missing:
+        segments.create_view(table)
+        return
+    segments.create_view(f"_{table}_segments")
+    con.register(f"_{table}_declared", schema_of(table).empty_table().select(missing))
+    con.execute(f"CREATE OR REPLACE TEMP VIEW {table} AS SELECT * FROM _{table}_segments "  # noqa: S608 - declared names
+                f"UNION ALL BY NAME SELECT * FROM _{table}_declared")
+
+
 def _doctor_hint(exc: BaseException) -> str:
     if not looks_damaged(exc):
         return ""
@@ -175,7 +188,7 @@ class Catalog:
                 for table in TABLES:
                     uris = usable(snap.uris(table))  # minus segments found damaged (doctor.py)
                     if uris:
-                        con.read_parquet(uris, hive_partitioning=True, union_by_name=True).create_view(table)
+                        _segments_view(con, table, con.read_parquet(uris, hive_partitioning=True, union_by_name=True))
                     else:
                         con.register(table, _empty_with_day(table))
                     read += uris
