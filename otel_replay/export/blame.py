@@ -25,15 +25,17 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
-    GEN_AI_EVALUATION_EXPLANATION,
-    GEN_AI_EVALUATION_NAME,
-    GEN_AI_EVALUATION_SCORE_LABEL,
-    GEN_AI_EVALUATION_SCORE_VALUE,
-)
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as _genai
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
 
 from otel_replay._version import __version__
+
+# The package's constants where it has them (opentelemetry-semantic-conventions >= 0.60b0, SDK 1.39);
+# the same names spelled out for the older versions this package supports (CI tests the oldest).
+GEN_AI_EVALUATION_EXPLANATION: str = getattr(_genai, "GEN_AI_EVALUATION_EXPLANATION", "gen_ai.evaluation.explanation")
+GEN_AI_EVALUATION_NAME: str = getattr(_genai, "GEN_AI_EVALUATION_NAME", "gen_ai.evaluation.name")
+GEN_AI_EVALUATION_SCORE_LABEL: str = getattr(_genai, "GEN_AI_EVALUATION_SCORE_LABEL", "gen_ai.evaluation.score.label")
+GEN_AI_EVALUATION_SCORE_VALUE: str = getattr(_genai, "GEN_AI_EVALUATION_SCORE_VALUE", "gen_ai.evaluation.score.value")
 
 DEFAULT_SERVICE = "otel-replay"
 EVALUATION_EVENT = "gen_ai.evaluation.result"  # the GenAI semantic conventions' event (no constant in the package)
