@@ -43,7 +43,7 @@ from otel_replay.store.location import StoreLocation
 from otel_replay.store.rows import RowBatch, RowBuilder
 
 if TYPE_CHECKING:  # pyarrow and the Parquet writer load on the writer thread (`load_for_writing`)
-    from otel_replay.store.writer import Pace
+    from otel_replay.store.writer import ArrowParts, Pace
 
 logger = logging.getLogger("otel_replay")
 
@@ -171,7 +171,9 @@ class CaptureWriter:
         self._stop = False
         self.budget = queue.budget
         self._builder = self._new_builder()
-        self._batch = RowBatch()
+        self._batch = RowBatch()  # the rows of the spans taken last, until `_convert` turns them into ...
+        self._parts: ArrowParts | None = None  # ... Arrow, held until the write (`store.writer.ArrowParts`)
+        self._converted = 0  # spans in `_parts`
         self._pending_logs: collections.OrderedDict[int, tuple[float, LogEvent, int]] = collections.OrderedDict()
         self._pending_log_bytes = 0
         self._genai_traces: collections.OrderedDict[str, None] = collections.OrderedDict()
@@ -276,7 +278,7 @@ class CaptureWriter:
 
     def unwritten(self) -> int:
         """Spans accepted but not on disk yet: queued, or in the batch being built."""
-        return len(self.queue) + len(self._batch)
+        return len(self.queue) + self._converted + len(self._batch)
 
     def _new_slice(self) -> None:
         self._slice_wall, self._slice_cpu = time.perf_counter(), time.thread_time()
@@ -316,8 +318,9 @@ class CaptureWriter:
             if items:
                 self._held += sum(size for _, size in taken)
                 self._process(items)
+                self._convert()
             due = time.monotonic() - self._last_write >= self.flush_interval_s
-            if len(self._batch) >= self.flush_rows or self._held >= self.flush_bytes or (not items and (force or due)):
+            if self._converted + len(self._batch) >= self.flush_rows or self._held >= self.flush_bytes or (not items and (force or due)):
                 self._write()
             if not items:
                 if len(self.queue):
@@ -413,22 +416,39 @@ class CaptureWriter:
             self._pending_log_bytes -= size
             self._count("log event without its span")
 
+    def _convert(self) -> None:
+        """The rows of the spans just taken, as Arrow: held rows were walked by every garbage collection
+        until the write (a step row stays tracked), Arrow holds them in a fraction of the memory. If a
+        conversion fails, they stay rows: the write converts them again and reports what fails."""
+        from otel_replay.store.writer import ArrowParts  # loaded by `load_for_writing`
+
+        parts = self._parts or ArrowParts()
+        try:
+            parts.take(self._batch, self._write_pace)  # all of the batch or nothing
+        except Exception:  # noqa: BLE001 - see the docstring
+            return
+        self._parts, self._converted, self._batch = parts, self._converted + len(self._batch), RowBatch()
+
     def _write(self) -> None:
         """Write the batch; if the store refuses it, drop it, count it and say why once."""
         self._last_write = time.monotonic()
         batch, self._batch = self._batch, RowBatch()
+        parts, self._parts = self._parts, None
+        spans, self._converted = self._converted + len(batch), 0
         held, self._held = self._held, 0
         try:
-            if len(batch) or self._stats_changed():
+            if spans or self._stats_changed():
                 self._check_root()
-            if len(batch):
-                from otel_replay.store.writer import write_batch  # loaded by `load_for_writing`
+            if spans:
+                from otel_replay.store.writer import ArrowParts  # loaded by `load_for_writing`
 
-                write_batch(self.root, batch, self._write_pace)
-                self.written_spans += len(batch)
+                parts = parts or ArrowParts()
+                parts.take(batch, self._write_pace)
+                parts.write(self.root)
+                self.written_spans += spans
             self._write_stats()
         except Exception as exc:  # noqa: BLE001 - disk full, read-only, deleted, denied, or anything else
-            self._store_failed(exc, len(batch))
+            self._store_failed(exc, spans)
         else:
             self._store_ok()
         finally:

@@ -86,6 +86,10 @@ def segment_name() -> str:
 # Parquet encodes this many rows before it checks the page size: the default (1024) buffers a
 # whole column of large payloads at once (3x the table in memory for 32 KB bodies; 0.8x with 64).
 WRITE_BATCH_ROWS = 64
+SMALL_ROW_BYTES = 1024  # ... while tables of smaller rows (spans, steps) take the default: fewer, cheaper batches
+# Columns whose values are distinct by construction (content addresses, the payloads they address): a
+# dictionary of them only grows to its limit and is then thrown away, so they are written plain.
+DISTINCT_COLUMNS = frozenset({"hash", "body"})
 
 
 def write_segment(
@@ -136,10 +140,13 @@ def write_parquet(data: pa.Table, handle: Any, *, row_group_size: int = 8192,
     """`data` as the store's Parquet (zstd, statistics, page checksums) into a binary file object."""
     import pyarrow.parquet as pq
 
+    names = data.column_names
+    dictionary = [n for n in names if n not in DISTINCT_COLUMNS] if DISTINCT_COLUMNS.intersection(names) else True
+    small = data.nbytes <= SMALL_ROW_BYTES * data.num_rows
     pq.write_table(data, handle, compression="zstd", row_group_size=row_group_size, memory_pool=write_pool(),
-                   sorting_columns=sorting_columns, write_statistics=True,
+                   sorting_columns=sorting_columns, write_statistics=True, use_dictionary=dictionary,
                    write_page_checksum=True,  # lets `otel-replay doctor` catch flipped bits
-                   write_batch_size=WRITE_BATCH_ROWS)
+                   write_batch_size=1024 if small else WRITE_BATCH_ROWS)
 
 
 def cleanup_temp(root: StoreLike, older_than_s: float = 3600.0) -> int:
