@@ -36,6 +36,7 @@ from otel_replay.attribution.job import (
     not_resumable,
     select_traces,
 )
+from otel_replay.attribution.result import HtmlWriter
 from otel_replay.attribution.verifiers import Verifier
 from otel_replay.attribution.watch import Event, Watcher, WatchOptions, fingerprint
 from otel_replay.replay import policies as policy_registry
@@ -182,13 +183,13 @@ def run(job: Job) -> list[AttributionResult]:
     return results
 
 
-def html_writer(store: Store) -> Callable[[dict[str, Any], Path | None], str]:
-    """Renders a report with its trajectory from `store`, and writes it (0600) when given a path."""
+def html_writer(store: Store) -> HtmlWriter:
+    """Renders a result with its trajectory from `store`, and writes it (0600) when given a path."""
     from otel_replay.export.html import render_html
     from otel_replay.export.private import write_private
 
-    def write(report: dict[str, Any], path: Path | None) -> str:
-        page = render_html(report, store.trajectory(report["trace_id"]))
+    def write(result: AttributionResult, path: Path | None) -> str:
+        page = render_html(result, store.trajectory(result.trace_id))
         if path is not None:
             write_private(path, page)
         return page
@@ -260,7 +261,7 @@ def make_watcher(*, policies: Policies = None, verifier: str | Verifier | None =
         from otel_replay.export.otlp import ExportError
 
         try:
-            spans = export_reports(store, [result.report()], "otlp", **(export or {}))
+            spans = export_reports(store, [result], "otlp", **(export or {}))
         except ExportError as exc:  # the result stays in the store: `otel-replay export` sends it later
             return {"event": "export-failed", "trace_id": result.trace_id, "job_id": result.job_id, "reason": str(exc)}
         return {"event": "exported", "trace_id": result.trace_id, "job_id": result.job_id, "spans": spans}

@@ -115,7 +115,7 @@ def test_exit_status_tells_the_verdict(recorded, cli_policies, tmp_path):
     policies.registry.clear()  # what the modules above registered in this process
     bare = CliRunner().invoke(cli, [*base, "--trace-id", traces["single-late"]])
     assert bare.exit_code == 5 and "unreplayable" in bare.output, bare.output
-    assert exit_code([{"verdict": "culprit-found"}, {"verdict": "undecided"}, {"verdict": "no-culprit"}]) == 4
+    assert exit_code(["culprit-found", "undecided", "no-culprit"]) == 4
     assert set(EXIT_CODES) >= set(TRACE_VERDICTS)
     help_text = CliRunner().invoke(cli, ["attribute", "--help"]).output
     assert "0 culprit found, 3 no culprit, 4 undecided" in " ".join(help_text.split())

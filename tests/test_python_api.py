@@ -103,14 +103,18 @@ def test_the_api_and_the_cli_write_the_same_rows_and_verdict(support, jobs):
         "policies": "llm, tool:issue_refund, tool:lookup_order",
         "verifier": "tests.test_python_api:owed_a_refund"}
     culprit = by_callables.culprit
-    assert (culprit["index"], culprit["kind"]) == (0, "llm") and culprit["ci_low"] > 0.1
-    assert by_callables.steps[0]["verdict"] == "decisive" and by_callables.repair["valid"]
+    assert culprit is not None and by_callables.repair is not None
+    assert (culprit.index, culprit.kind) == (0, "llm") and culprit.ci_low > 0.1
+    assert by_callables.steps[0].verdict == "decisive" and by_callables.repair.valid
+    assert culprit["index"] == culprit.index and culprit.get("agent") == culprit.agent  # the dict rows' spelling
     assert "A-1042" in by_callables.explanation["fix"]
     assert str(by_callables.explanation) == "\n".join(
         line for line in run.output.splitlines() if line[:5] in ("WHAT ", "WHERE", "WHY  ", "FIX  "))
     assert str(by_callables).splitlines()[0] == (
-        f"culprit: step 0 (llm chat sim-gpt), effect {culprit['estimate']:+.2f}, 95% interval "
-        f"[{culprit['ci_low']:+.2f}, {culprit['ci_high']:+.2f}]")
+        f"culprit: step 0 (llm chat sim-gpt), effect {culprit.estimate:+.2f}, 95% interval "
+        f"[{culprit.ci_low:+.2f}, {culprit.ci_high:+.2f}]")
+    again = AttributionResult.from_json(by_callables.to_json())  # the one way to and from the report
+    assert again == by_callables and again.to_json() == by_callables.to_json()
 
 
 def test_a_job_from_callables_resumes_only_from_python_given_them_again(support, jobs):
@@ -141,6 +145,7 @@ def test_the_reports_are_the_ones_the_cli_writes(support, jobs, tmp_path):
     result = jobs[3]
     page = result.to_html(tmp_path / "report.html")
     assert page == render_html(result.report(), Store(root).trajectory(trace_id))
+    assert page == render_html(result, Store(root).trajectory(trace_id))
     assert (tmp_path / "report.html").read_text() == page
     assert stat.S_IMODE((tmp_path / "report.html").stat().st_mode) == 0o600
     cli_page = tmp_path / "cli.html"
@@ -219,5 +224,7 @@ def test_stored_reports_load_as_results():
     assert result.headline == "partial: no culprit named"
     assert str(result.explanation).startswith("WHAT  The run failed (verifier score 0.00)")
     assert result.report()["explanation"] == old["explanation"] and result._repr_html_() is None
+    assert result.shapley[0].span_id is None and "span_id" not in result.report()["shapley"][0]  # as v0 had it
+    assert AttributionResult.from_json(result.to_json()) == result
     with pytest.raises(RuntimeError, match="render_html"):
         result.to_html()

@@ -29,7 +29,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, cast
 
 from otel_replay.attribution import outcomes, verifiers
@@ -45,12 +45,14 @@ from otel_replay.attribution.contrastive import (
 )
 from otel_replay.attribution.explain import explain
 from otel_replay.attribution.lock import JobLock, JobLocked
+from otel_replay.attribution.model import Culprit, ShapleyValue
 from otel_replay.attribution.plans import Budget, BudgetExhausted, RolloutSpec
 from otel_replay.attribution.result import (
     AttributionResult,
     Explanation,
     Method,
     finding_verdict,
+    mark_culprit,
     shapley_finding,
     step_rows,
 )
@@ -411,14 +413,15 @@ class Job:
         estimates: list[StepEstimate] = scan.run() if p.method in ("contrastive", "both") else []
         finding = label({e.index: e for e in estimates}, resamplable) if estimates else None
         rows = step_rows(trajectory, estimates) if estimates else []
-        shapley: list[dict[str, Any]] = []
+        shapley: list[ShapleyValue] = []
         if p.method in ("shapley", "both") and resamplable:
             from otel_replay.attribution.shapley import shapley_values
 
             shapley = shapley_values(trajectory, runner, resamplable, p.shapley_permutations, p.alpha, p.epsilon)
         if finding is None:
             finding = shapley_finding(shapley, resamplable)
-        culprit = next((r for r in rows if r["culprit"]), None)
+            shapley = mark_culprit(shapley, finding.culprit)
+        culprit = next((Culprit.of(r) for r in rows if r.culprit), None)
         if culprit is None and finding.culprit is not None and not rows:  # Shapley alone names it
             culprit = shapley_culprit(trajectory, shapley, finding.culprit)
         repair = None
@@ -431,7 +434,7 @@ class Job:
             job_id=self.job_id, trace_id=trajectory.trace_id, method=p.method, verdict=verdict,
             recorded_score=recorded_score, threshold=p.threshold, credit=p.credit, steps=rows, culprit=culprit,
             rollouts=len(runner.done), policy_calls=sum(r["policy_calls"] for r in runner.done.values()),
-            repair=asdict(repair) if repair else None, explanation={}, alpha=p.alpha, epsilon=p.epsilon,
+            repair=repair, explanation={}, alpha=p.alpha, epsilon=p.epsilon,
             sequential=p.rollouts is None, max_rollouts=p.rollouts or p.max_rollouts, tests=scan.design.tests,
             candidates=list(finding.candidates), untested=list(finding.untested),
             budget_exhausted=self.budget.exhausted, max_policy_calls=p.max_policy_calls, shapley=shapley)
@@ -452,31 +455,30 @@ class Job:
 
     def _write_results(self, trajectory: Trajectory, result: AttributionResult) -> None:
         rows = [{
-            "job_id": self.job_id, "trace_id": trajectory.trace_id, "step_index": r["index"], "span_id": r["span_id"],
-            "name": r["name"], "kind": r["kind"], "agent_name": r["agent"], "method": "contrastive",
-            "estimate": r["estimate"], "ci_low": r["ci_low"], "ci_high": r["ci_high"], "fail_held": r["fail_held"],
-            "fail_resampled": r["fail_resampled"], "n_held": r["n_held"], "n_resampled": r["n_resampled"],
-            "verdict": r["verdict"], "culprit": r["culprit"], "rank": r["rank"]} for r in result.steps]
+            "job_id": self.job_id, "trace_id": trajectory.trace_id, "step_index": r.index, "span_id": r.span_id,
+            "name": r.name, "kind": r.kind, "agent_name": r.agent, "method": "contrastive",
+            "estimate": r.estimate, "ci_low": r.ci_low, "ci_high": r.ci_high, "fail_held": r.fail_held,
+            "fail_resampled": r.fail_resampled, "n_held": r.n_held, "n_resampled": r.n_resampled,
+            "verdict": r.verdict, "culprit": r.culprit, "rank": r.rank} for r in result.steps]
         rows += [{
-            "job_id": self.job_id, "trace_id": trajectory.trace_id, "step_index": s["index"],
-            "span_id": trajectory.step(s["index"]).span_id, "name": trajectory.step(s["index"]).name,
-            "kind": trajectory.step(s["index"]).kind, "agent_name": trajectory.step(s["index"]).agent,
-            "method": "shapley", "estimate": s["value"], "ci_low": s["ci_low"], "ci_high": s["ci_high"],
-            "fail_held": None, "fail_resampled": None, "n_held": s["samples"], "n_resampled": None,
-            "verdict": s["verdict"], "culprit": bool(s.get("culprit")), "rank": s["rank"]} for s in result.shapley]
+            "job_id": self.job_id, "trace_id": trajectory.trace_id, "step_index": s.index,
+            "span_id": trajectory.step(s.index).span_id, "name": trajectory.step(s.index).name,
+            "kind": trajectory.step(s.index).kind, "agent_name": trajectory.step(s.index).agent,
+            "method": "shapley", "estimate": s.value, "ci_low": s.ci_low, "ci_high": s.ci_high,
+            "fail_held": None, "fail_resampled": None, "n_held": s.samples, "n_resampled": None,
+            "verdict": s.verdict, "culprit": s.culprit, "rank": s.rank} for s in result.shapley]
         write_rows(self.store.root, "result_rows", rows)
         write_rows(self.store.root, "report_rows", [{"job_id": self.job_id, "trace_id": trajectory.trace_id,
                                                      "written_ns": time.time_ns(),
-                                                     "report": json.dumps(result.report(), ensure_ascii=False)}])
+                                                     "report": result.to_json(indent=None)}])
 
 
-def shapley_culprit(trajectory: Trajectory, shapley: list[dict[str, Any]], index: int) -> dict[str, Any]:
+def shapley_culprit(trajectory: Trajectory, shapley: list[ShapleyValue], index: int) -> Culprit:
     """The culprit entry of a Shapley-only result (its value as the estimate)."""
-    value = next(s for s in shapley if s["index"] == index)
+    value = next(s for s in shapley if s.index == index)
     step = trajectory.step(index)
-    return {"index": index, "span_id": step.span_id, "name": step.name, "kind": step.kind, "agent": step.agent,
-            "estimate": value["value"], "ci_low": value["ci_low"], "ci_high": value["ci_high"],
-            "fail_held": None, "fail_resampled": None, "verdict": "decisive", "culprit": True, "output": ""}
+    return Culprit(index=index, span_id=step.span_id, name=step.name, kind=step.kind, agent=step.agent,
+                   estimate=value.value, ci_low=value.ci_low, ci_high=value.ci_high)
 
 
 def summary(results: list[AttributionResult]) -> str:

@@ -18,10 +18,10 @@ import difflib
 import json
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from otel_replay.attribution import stats
+from otel_replay.attribution.model import Repair, RepairVerdict
 from otel_replay.attribution.plans import RolloutSpec, boundary_plan
 from otel_replay.attribution.rollouts import RolloutRunner
 from otel_replay.attribution.sequential import Design, sequential_looks
@@ -33,23 +33,7 @@ from otel_replay.trajectory import Trajectory
 MAX_CANDIDATES = 3
 REPAIR_CAP = 100  # rollouts per candidate at most: "fixes the run more often than not" needs no more
 
-
-RepairVerdict = Literal["valid", "invalid", "undecided"]
-"""A repair candidate's verdict: its failure rate's interval lies below 0.5 (valid), at or above 0.5
-(invalid), or straddles it (undecided)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Repair:
-    step_index: int
-    output: list[dict[str, Any]]
-    fail_rate: float
-    ci_low: float
-    ci_high: float
-    rollouts: int
-    drift: float
-    valid: bool
-    verdict: RepairVerdict = "valid"
+__all__ = ["Repair", "RepairVerdict", "drift", "search"]  # Repair and its verdict live in model
 
 
 def drift(original: Any, candidate: Any) -> float:

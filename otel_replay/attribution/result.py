@@ -7,9 +7,11 @@ first), `no-culprit` (every re-decidable step was decided, none harmful), `unrep
 could be re-decided). Reports written before `undecided` existed may say `partial` (the budget
 ran out).
 
-Read from Python: `result.verdict`, `.culprit` (the step's index, name, effect and interval, or
-None), `.steps` (one row per step), `.repair`, `.explanation` (WHAT / WHERE / WHY / FIX: a dict,
-printed as the CLI prints it), `str(result)`, `.to_json()`. `.to_html(path)` and a notebook's
+Read from Python: `result.verdict`, `.culprit` (a `Culprit`: the step's index, name, effect and
+interval, or None), `.steps` (one `StepBlame` per step), `.repair` (a `Repair`, or None),
+`.shapley` (`ShapleyValue`s), `.explanation` (WHAT / WHERE / WHY / FIX: a dict, printed as the CLI
+prints it), `str(result)`. The report document is `.report()` (its JSON text `.to_json()`), read
+back by `AttributionResult.from_report()` (`.from_json()`): the one way to and from the report. `.to_html(path)` and a notebook's
 `_repr_html_` need the HTML renderer, which lives in the export layer: `otel_replay.attribute`
 attaches it (this layer renders nothing itself).
 """
@@ -17,13 +19,14 @@ attaches it (this layer renders nothing itself).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from html import escape
 from pathlib import Path
 from typing import Any, Literal
 
 from otel_replay.attribution.contrastive import Finding, StepEstimate, StepVerdict
+from otel_replay.attribution.model import Culprit, Repair, ShapleyValue, StepBlame, as_rows
 from otel_replay.normalize.messages import message_text
 from otel_replay.trajectory import Trajectory
 
@@ -40,9 +43,9 @@ EXPLANATION_KEYS = ("what", "where", "why", "fix")
 Method = Literal["contrastive", "shapley", "both"]
 """How a job attributes: contrastive (the point of commitment), Shapley values, or both."""
 
-HtmlWriter = Callable[[dict[str, Any], Path | None], str]
-"""Renders a report document as the HTML page `attribute --html` writes (and writes it to the path
-when one is given); attached by the layer that owns rendering."""
+HtmlWriter = Callable[["AttributionResult", Path | None], str]
+"""Renders a result as the HTML page `attribute --html` writes (and writes it to the path when one
+is given); attached by the layer that owns rendering."""
 
 
 class Explanation(dict[str, str]):
@@ -62,11 +65,11 @@ class AttributionResult:
     recorded_score: float
     threshold: float
     credit: bool
-    steps: list[dict[str, Any]]
-    culprit: dict[str, Any] | None
+    steps: list[StepBlame]
+    culprit: Culprit | None
     rollouts: int
     policy_calls: int
-    repair: dict[str, Any] | None
+    repair: Repair | None
     explanation: dict[str, str]
     alpha: float = 0.05
     epsilon: float = 0.1
@@ -77,7 +80,7 @@ class AttributionResult:
     untested: list[int] = field(default_factory=list)
     budget_exhausted: bool = False
     max_policy_calls: int | None = None
-    shapley: list[dict[str, Any]] = field(default_factory=list)
+    shapley: list[ShapleyValue] = field(default_factory=list)
     _html: HtmlWriter | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -87,34 +90,55 @@ class AttributionResult:
     @classmethod
     def from_report(cls, document: dict[str, Any]) -> AttributionResult:
         """A result from its report document (`report()`, `--json`, the `reports` view), those of
-        older versions included (`adaptive` instead of `sequential`, verdict `partial`)."""
+        older versions included (`adaptive` instead of `sequential`, verdict `partial`, rows without
+        the keys added since)."""
         known = {f.name for f in fields(cls) if f.init}
         data = {k: v for k, v in document.items() if k in known}
         data.setdefault("sequential", bool(document.get("adaptive", True)))
+        data["steps"] = as_rows(StepBlame, data.get("steps"))
+        data["shapley"] = as_rows(ShapleyValue, data.get("shapley"))
+        culprit, repair = data.get("culprit"), data.get("repair")
+        data["culprit"] = None if culprit is None else Culprit.from_dict(culprit)
+        data["repair"] = None if repair is None else Repair.from_dict(repair)
         return cls(**data)
 
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.pop("_html")
+    @classmethod
+    def from_json(cls, text: str | bytes) -> AttributionResult:
+        """A result from its JSON report (`to_json()`, `attribute --json`, a stored report)."""
+        return cls.from_report(json.loads(text))
+
+    def report(self) -> dict[str, Any]:
+        """The report document (schemas/attribution-report.schema.json): the one place its keys are
+        spelled, in the order reports have always had (the culprit last)."""
+        data: dict[str, Any] = {"schema": REPORT_SCHEMA}
+        for f in fields(self):
+            if f.init and f.name != "culprit":
+                data[f.name] = _document(getattr(self, f.name))
+        data["culprit"] = None if self.culprit is None else self.culprit.to_dict()
         return data
 
-    def to_json(self) -> str:
-        """The JSON report, as `attribute --json` writes it (schemas/attribution-report.schema.json)."""
-        return json.dumps(self.report(), indent=2, ensure_ascii=False)
+    def to_dict(self) -> dict[str, Any]:
+        """The report document (as `report()`)."""
+        return self.report()
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """The JSON report, as `attribute --json` writes it (schemas/attribution-report.schema.json);
+        `indent=None`: on one line, as the store keeps it."""
+        return json.dumps(self.report(), indent=indent, ensure_ascii=False)
 
     def to_html(self, path: str | Path | None = None) -> str:
         """The HTML report `attribute --html` writes (self-contained, no network); with `path`, also
         written there, 0600 like the store."""
         if self._html is None:
             raise RuntimeError("this result has no HTML renderer: results from otel_replay.attribute() have one; "
-                            "otherwise use otel_replay.export.html.render_html(result.report(), trajectory)")
-        return self._html(self.report(), None if path is None else Path(path))
+                            "otherwise use otel_replay.export.html.render_html(result, trajectory)")
+        return self._html(self, None if path is None else Path(path))
 
     def _repr_html_(self) -> str | None:
         """In a notebook: the HTML report, in an iframe so its styles stay out of the notebook's."""
         if self._html is None:
             return None
-        page = self._html(self.report(), None)
+        page = self._html(self, None)
         return (f'<iframe srcdoc="{escape(page, quote=True)}" style="width:100%;height:640px;border:0" '
                 f'title="otel-replay attribution of {escape(self.trace_id)}"></iframe>')
 
@@ -123,9 +147,9 @@ class AttributionResult:
         """One line: the culprit with its effect and interval, or the verdict (and the candidates)."""
         c = self.culprit
         if c is not None:
-            interval = (f", {100 * (1 - self.alpha):.0f}% interval [{c['ci_low']:+.2f}, {c['ci_high']:+.2f}]"
-                        if c.get("ci_low") is not None else "")
-            return f"culprit: step {c['index']} ({c['kind']} {c['name']}), effect {c['estimate']:+.2f}{interval}"
+            interval = (f", {100 * (1 - self.alpha):.0f}% interval [{c.ci_low:+.2f}, {c.ci_high:+.2f}]"
+                        if c.ci_low is not None else "")
+            return f"culprit: step {c.index} ({c.kind} {c.name}), effect {c.estimate:+.2f}{interval}"
         if self.candidates:
             return f"{self.verdict}: between steps {', '.join(str(i) for i in self.candidates)}"
         return f"{self.verdict}: no culprit named"
@@ -136,22 +160,33 @@ class AttributionResult:
         r = self.repair
         if r is None:
             return "REPAIR none: no culprit to repair" if self.culprit is None else "REPAIR not searched (repair=True)"
-        state = r.get("verdict", "valid" if r["valid"] else "invalid")
-        return (f"REPAIR {state}: step {r['step_index']} forced to {preview(r['output'])!r} fails "
-                f"{100 * r['fail_rate']:.0f}% [{100 * r['ci_low']:.0f}%, {100 * r['ci_high']:.0f}%] of "
-                f"{r['rollouts']} rollouts, drift {r['drift']:.2f}")
+        return (f"REPAIR {r.verdict}: step {r.step_index} forced to {preview(r.output)!r} fails "
+                f"{100 * r.fail_rate:.0f}% [{100 * r.ci_low:.0f}%, {100 * r.ci_high:.0f}%] of "
+                f"{r.rollouts} rollouts, drift {r.drift:.2f}")
 
     def __str__(self) -> str:
         return f"{self.headline}\n{self.explanation}"
 
-    def report(self) -> dict[str, Any]:
-        """The report document (schemas/attribution-report.schema.json)."""
-        data = self.to_dict()
-        data["explanation"] = dict(data["explanation"])
-        culprit = data.pop("culprit")
-        data["culprit"] = None if culprit is None else {k: culprit[k] for k in (
-            "index", "span_id", "name", "kind", "agent", "estimate", "ci_low", "ci_high", "fail_held", "fail_resampled")}
-        return {"schema": REPORT_SCHEMA, **data}
+
+
+Report = AttributionResult | Mapping[str, Any]
+"""What renders and exports take: a result, or its report document (as stored, or from `--json`)."""
+
+
+def as_result(report: Report) -> AttributionResult:
+    """The typed result of a result or of its report document (older versions' included)."""
+    return report if isinstance(report, AttributionResult) else AttributionResult.from_report(dict(report))
+
+
+def _document(value: Any) -> Any:
+    """A field's value in the report document: rows as their JSON objects, the explanation a dict."""
+    if isinstance(value, (StepBlame, ShapleyValue, Repair, Culprit)):
+        return value.to_dict()
+    if isinstance(value, list):
+        return [_document(v) for v in value]
+    if isinstance(value, dict):
+        return dict(value)
+    return value
 
 
 def preview(outputs: Any) -> str:
@@ -163,42 +198,39 @@ def preview(outputs: Any) -> str:
     return " ".join(parts)[:300]
 
 
-def step_rows(trajectory: Trajectory, estimates: list[StepEstimate]) -> list[dict[str, Any]]:
-    out = []
+def step_rows(trajectory: Trajectory, estimates: list[StepEstimate]) -> list[StepBlame]:
+    """One row per estimate, ranked by estimate (1: the largest), with the step's identity."""
     ranked = sorted((e for e in estimates if e.estimate is not None), key=lambda e: -(e.estimate or 0))
     rank = {e.index: n + 1 for n, e in enumerate(ranked)}
+    out = []
     for est in estimates:
         step = trajectory.step(est.index)
-        out.append({
-            "index": est.index, "span_id": step.span_id, "name": step.name, "kind": step.kind, "agent": step.agent,
-            "estimate": est.estimate, "ci_low": est.ci_low, "ci_high": est.ci_high,
-            "fail_held": est.fail_held, "fail_resampled": est.fail_resampled,
-            "held_ci": list(est.held_ci) if est.held_ci else None,
-            "resampled_ci": list(est.resampled_ci) if est.resampled_ci else None,
-            "n_held": est.n_held, "n_resampled": est.n_resampled, "verdict": est.verdict, "culprit": est.culprit,
-            "rank": rank.get(est.index), "output": preview(step.outputs), "stopped": est.stopped,
-            "to_decide": est.to_decide, "calls_per_rollout": est.calls_per_rollout,
-        })
+        out.append(StepBlame.of(est, span_id=step.span_id, name=step.name, kind=step.kind, agent=step.agent,
+                                rank=rank.get(est.index), output=preview(step.outputs)))
     return out
 
 
-def shapley_finding(shapley: list[dict[str, Any]], resamplable: list[int]) -> Finding:
+def shapley_finding(shapley: list[ShapleyValue], resamplable: list[int]) -> Finding:
     """What Shapley values alone say: a culprit when one step's value is clearly above the band and
     above every other step's interval; candidates when several steps share the failure or are
     undecided."""
-    contributing = [s for s in shapley if s["verdict"] == "contributing"]
-    undecided = [s for s in shapley if s["verdict"] == "undecided"]
+    contributing = [s for s in shapley if s.verdict == "contributing"]
+    undecided = [s for s in shapley if s.verdict == "undecided"]
     if len(contributing) >= 1:
-        lead = max(contributing, key=lambda s: s["value"])
-        if all(lead["ci_low"] > s["ci_high"] for s in shapley if s is not lead) and not undecided:
-            lead["culprit"] = True
-            return Finding(lead["index"], (), ())
-    candidates = tuple(sorted((s["index"] for s in contributing + undecided), reverse=True))
-    return Finding(None, candidates, tuple(i for i in resamplable if not any(s["index"] == i for s in shapley)))
+        lead = max(contributing, key=lambda s: s.value)
+        if all(lead.ci_low > s.ci_high for s in shapley if s is not lead) and not undecided:
+            return Finding(lead.index, (), ())
+    candidates = tuple(sorted((s.index for s in contributing + undecided), reverse=True))
+    return Finding(None, candidates, tuple(i for i in resamplable if not any(s.index == i for s in shapley)))
+
+
+def mark_culprit(shapley: list[ShapleyValue], index: int | None) -> list[ShapleyValue]:
+    """The values with the one at `index` marked as the culprit (Shapley alone named it)."""
+    return [replace(s, culprit=True) if s.index == index else s for s in shapley]
 
 
 def finding_verdict(finding: Finding, resamplable: list[int], estimates: list[StepEstimate],
-                    shapley: list[dict[str, Any]]) -> TraceVerdict:
+                    shapley: list[ShapleyValue]) -> TraceVerdict:
     if not resamplable:
         return "unreplayable"
     if finding.culprit is not None:
@@ -209,6 +241,6 @@ def finding_verdict(finding: Finding, resamplable: list[int], estimates: list[St
     if tested and all(e.verdict == "unreplayable" for e in tested):
         return "unreplayable"
     if any(e.verdict in ("undecided", "unreplayable") for e in tested) or \
-            any(s["verdict"] == "undecided" for s in shapley):
+            any(s.verdict == "undecided" for s in shapley):
         return "undecided"
     return "no-culprit"

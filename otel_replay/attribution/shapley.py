@@ -13,17 +13,17 @@ is `contributing` when its interval is above +epsilon, `protective` below 0, `no
 from __future__ import annotations
 
 import random
-from typing import Any
 
 import numpy as np
 
 from otel_replay.attribution import stats
+from otel_replay.attribution.model import ShapleyValue, ShapleyVerdict
 from otel_replay.attribution.plans import RolloutSpec, coalition_plan
 from otel_replay.attribution.rollouts import RolloutRunner
 from otel_replay.attribution.sequential import HARMFUL, NEGLIGIBLE, PROTECTIVE, classify
 from otel_replay.trajectory import Trajectory
 
-VERDICTS = {HARMFUL: "contributing", PROTECTIVE: "protective", NEGLIGIBLE: "no effect"}
+VERDICTS: dict[str, ShapleyVerdict] = {HARMFUL: "contributing", PROTECTIVE: "protective", NEGLIGIBLE: "no effect"}
 
 
 def _value(trajectory: Trajectory, runner: RolloutRunner, resamplable: list[int], held: frozenset[int],
@@ -35,7 +35,7 @@ def _value(trajectory: Trajectory, runner: RolloutRunner, resamplable: list[int]
 
 
 def shapley_values(trajectory: Trajectory, runner: RolloutRunner, resamplable: list[int], pairs: int,
-                   alpha: float = 0.05, epsilon: float = 0.1) -> list[dict[str, Any]]:
+                   alpha: float = 0.05, epsilon: float = 0.1) -> list[ShapleyValue]:
     rng = random.Random(f"shapley:{trajectory.trace_id}:{runner.seed}")
     contributions: dict[int, list[float]] = {i: [] for i in resamplable}
     draw = 0
@@ -58,15 +58,16 @@ def shapley_values(trajectory: Trajectory, runner: RolloutRunner, resamplable: l
                 contributions[step].append(float(np.mean(values)))  # one antithetic pair -> one sample
         if runner.budget.exhausted:
             break
-    out: list[dict[str, Any]] = []
     each = alpha / max(1, len(resamplable))
+    intervals = {step: stats.mean_interval(np.array(contributions[step]), each) for step in resamplable}
+    ranked = sorted(resamplable, key=lambda step: -intervals[step][0])  # stable: ties keep the step order
+    rank = {step: n for n, step in enumerate(ranked, start=1)}
+    out: list[ShapleyValue] = []
     for step in resamplable:
-        value, low, high = stats.mean_interval(np.array(contributions[step]), each)
+        value, low, high = intervals[step]
         recorded = trajectory.step(step)
-        out.append({"index": step, "span_id": recorded.span_id, "name": recorded.name, "kind": recorded.kind,
-                    "value": value, "ci_low": low, "ci_high": high,
-                    "samples": len(contributions[step]),
-                    "verdict": VERDICTS.get(classify(low, high, epsilon), "undecided"), "culprit": False})
-    for rank, entry in enumerate(sorted(out, key=lambda e: -e["value"]), start=1):
-        entry["rank"] = rank
+        out.append(ShapleyValue(index=step, span_id=recorded.span_id, name=recorded.name, kind=recorded.kind,
+                                value=value, ci_low=low, ci_high=high, samples=len(contributions[step]),
+                                verdict=VERDICTS.get(classify(low, high, epsilon), "undecided"), culprit=False,
+                                rank=rank[step]))
     return out

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from otel_replay.api import make_job, run
 from otel_replay.attribution import AttributionError, AttributionResult, Job, VerifierError
 from otel_replay.attribution.executors import ENGINES, EngineError
 from otel_replay.attribution.job import JobInterrupted, resume_hint, select_traces
-from otel_replay.attribution.result import Explanation
+from otel_replay.attribution.result import Report, as_result
 from otel_replay.attribution.sequential import DEFAULT_ALPHA, DEFAULT_EPSILON, DEFAULT_MAX_ROLLOUTS
 from otel_replay.cli.output import (
     StoreCommand,
@@ -110,8 +109,9 @@ EXIT_CODES = {"culprit-found": 0, "no-culprit": 3, "undecided": 4, "partial": 4,
 error, 2 a usage error."""
 
 
-def exit_code(reports: list[dict[str, Any]]) -> int:
-    codes = {EXIT_CODES.get(r["verdict"], 1) for r in reports}
+def exit_code(verdicts: Iterable[str]) -> int:
+    """The exit status of a job whose traces have these verdicts."""
+    codes = {EXIT_CODES.get(v, 1) for v in verdicts}
     return next((c for c in (4, 5, 3) if c in codes), 0)
 
 
@@ -119,30 +119,32 @@ def _number(value: float | None, sign: bool = True) -> str:
     return "" if value is None else f"{value:+.2f}" if sign else f"{value:.2f}"
 
 
-def print_result(store: Store, report: dict[str, Any]) -> None:
-    verdict = report["verdict"]
-    if report.get("candidates") and verdict != "culprit-found":
-        verdict += " between steps " + ", ".join(str(i) for i in report["candidates"])
-    if report.get("steps"):
-        table = text_table(f"attribution of {report['trace_id']} · {verdict}", (
-            "#", "kind", "name", "effect", _interval_header(report), "P(fail|held)", "P(fail|re-decided)", "n", "verdict"))
-        for s in report["steps"]:
-            interval = f"[{s['ci_low']:+.2f}, {s['ci_high']:+.2f}]" if s["ci_low"] is not None else ""
-            table.add_row(*map(cell, (s["index"], s["kind"], s["name"], _number(s["estimate"]), interval,
-                                      _number(s["fail_held"], False), _number(s["fail_resampled"], False),
-                                      s["n_held"] or "", ("★ " if s["culprit"] else "") + s["verdict"])))
+def print_result(store: Store, report: Report) -> None:
+    """The result as the terminal shows it: the steps' table, the Shapley values' table, the explanation."""
+    result = as_result(report)
+    verdict: str = result.verdict
+    if result.candidates and verdict != "culprit-found":
+        verdict += " between steps " + ", ".join(str(i) for i in result.candidates)
+    if result.steps:
+        table = text_table(f"attribution of {result.trace_id} · {verdict}", (
+            "#", "kind", "name", "effect", _interval_header(result), "P(fail|held)", "P(fail|re-decided)", "n", "verdict"))
+        for s in result.steps:
+            interval = f"[{s.ci_low:+.2f}, {s.ci_high:+.2f}]" if s.ci_low is not None and s.ci_high is not None else ""
+            table.add_row(*map(cell, (s.index, s.kind, s.name, _number(s.estimate), interval,
+                                      _number(s.fail_held, False), _number(s.fail_resampled, False),
+                                      s.n_held or "", ("★ " if s.culprit else "") + s.verdict)))
         console().print(table)
-    if report.get("shapley"):
-        names = {s["index"]: (s["kind"], s["name"]) for s in report.get("steps") or []}
-        table = text_table(f"Shapley values of {report['trace_id']}" + ("" if report.get("steps") else f" · {verdict}"),
-                           ("#", "kind", "name", "value", _interval_header(report), "pairs", "rank", "verdict"))
-        for s in sorted(report["shapley"], key=lambda v: v["index"]):
-            kind, name = names.get(s["index"], ("", ""))
-            table.add_row(*map(cell, (s["index"], kind, name, _number(s["value"]), f"[{s['ci_low']:+.2f}, {s['ci_high']:+.2f}]",
-                                      s["samples"], s["rank"], ("★ " if s.get("culprit") else "") + s["verdict"])))
+    if result.shapley:
+        names = {s.index: (s.kind, s.name) for s in result.steps}
+        table = text_table(f"Shapley values of {result.trace_id}" + ("" if result.steps else f" · {verdict}"),
+                           ("#", "kind", "name", "value", _interval_header(result), "pairs", "rank", "verdict"))
+        for v in sorted(result.shapley, key=lambda v: v.index):
+            kind, name = names.get(v.index, ("", ""))
+            table.add_row(*map(cell, (v.index, kind, name, _number(v.value), f"[{v.ci_low:+.2f}, {v.ci_high:+.2f}]",
+                                      v.samples, v.rank, ("★ " if v.culprit else "") + v.verdict)))
         console().print(table)
-    echo(Explanation(report["explanation"]))
-    click.echo(f"{report['rollouts']} rollouts, {report['policy_calls']} policy calls, job {report['job_id']}")
+    echo(result.explanation)
+    click.echo(f"{result.rollouts} rollouts, {result.policy_calls} policy calls, job {result.job_id}")
 
 
 def _predicate(value: str | None) -> str | None:
@@ -155,18 +157,21 @@ def _predicate(value: str | None) -> str | None:
     return value
 
 
-def _interval_header(report: dict[str, Any]) -> str:
-    return f"{100 * (1 - report.get('alpha', 0.05)):.0f}% interval"
+def _interval_header(result: AttributionResult) -> str:
+    return f"{100 * (1 - result.alpha):.0f}% interval"
 
 
-def write_outputs(store: Store, reports: list[dict[str, Any]], json_path: Path | None, html_path: Path | None,
+def write_outputs(store: Store, reports: Sequence[Report], json_path: Path | None, html_path: Path | None,
                   trace_url: str | None = None) -> None:
-    """The reports as files, 0600 like the store: they quote its prompts and outputs."""
+    """The reports (results, or stored documents) as files, 0600 like the store: they quote its prompts
+    and outputs. The JSON is the results' report (`to_json`), one or {"reports": [...]}."""
+    results = [as_result(r) for r in reports]
     if json_path:
-        write_file(json_path, report_json(reports[0] if len(reports) == 1 else {"reports": reports}))
+        write_file(json_path, results[0].to_json() if len(results) == 1 else
+                   report_json({"reports": [r.report() for r in results]}))
         click.echo(f"wrote {json_path}")
     if html_path:
-        write_file(html_path, render_html(reports[0], store.trajectory(reports[0]["trace_id"]), trace_url=trace_url))
+        write_file(html_path, render_html(results[0], store.trajectory(results[0].trace_id), trace_url=trace_url))
         click.echo(f"wrote {html_path}")
 
 
@@ -276,24 +281,23 @@ def attribute(store: Store, trace_ids: tuple[str, ...], where: str | None, resum
     except EngineError as exc:
         raise click.ClickException(str(exc)) from exc
     results = run_job(store, job)
-    reports = [r.report() for r in results]
-    for report in reports:
-        print_result(store, report)
+    for result in results:
+        print_result(store, result)
     for trace_id, reason in job.skipped.items():
         echo(f"skipped {trace_id}: {reason}")
     if job.skipped:
         click.echo(f"{len(job.skipped)} trace(s) skipped; list them again with: otel-replay jobs --skipped --job "
                    f"{job.job_id}")
-    if not reports:
+    if not results:
         return
-    write_outputs(store, reports, json_path, html_path, trace_url)
+    write_outputs(store, results, json_path, html_path, trace_url)
     if export_to:
         from otel_replay.export.job import export_reports
 
-        count = export_reports(store, reports, export_to, protocol=otlp_protocol, endpoint=otlp_endpoint,
+        count = export_reports(store, results, export_to, protocol=otlp_protocol, endpoint=otlp_endpoint,
                                headers=parse_headers(otlp_headers), service_name=service_name)
         click.echo(f"exported {count} blame spans into the original trace(s)")
-    code = exit_code(reports)
+    code = exit_code(r.verdict for r in results)
     if code:
         raise click.exceptions.Exit(code)
 
@@ -352,9 +356,9 @@ def report(store: Store, job_id: str, trace_id: str, html_path: Path | None, jso
     rows = store.named("job_report", [job_id, trace])
     if not rows:
         raise click.ClickException(f"job {job_id!r} has no report for trace {trace} (see `otel-replay jobs`)")
-    document = json.loads(rows[0][0])
-    print_result(store, document)
-    write_outputs(store, [document], json_path, html_path, trace_url)
+    result = AttributionResult.from_json(rows[0][0])
+    print_result(store, result)
+    write_outputs(store, [result], json_path, html_path, trace_url)
 
 
 COMMANDS = [attribute, jobs, aggregate, report]

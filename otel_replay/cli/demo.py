@@ -49,9 +49,8 @@ def demo(store: Store, html_path: Path, rollouts: int | None, trace_url: str | N
         params = JobParams([trace_id], VERIFIER, rollouts=rollouts, repair=True, concurrency=4)
         (result,) = run_job(store, Job(store, params, registry))
     click.echo("3/3 result")
-    report = result.report()
-    print_result(store, report)
-    write_outputs(store, [report], None, html_path, trace_url)
+    print_result(store, result)
+    write_outputs(store, [result], None, html_path, trace_url)
     click.echo(f"next: otel-replay --store {store.root} show {trace_id}   ·   open {html_path}")
 
 

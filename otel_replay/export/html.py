@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from otel_replay.attribution.model import StepBlame
+from otel_replay.attribution.result import AttributionResult, Report, as_result
 from otel_replay.export.html_conversation import (
     conversation_html,
     diff_html,
@@ -42,7 +44,6 @@ VERDICTS = {  # colour, what the verdict means (README: Verdicts, from intervals
     "not scored": ("#9e9e9e", "not tested"),
 }
 COLOURS = {verdict: colour for verdict, (colour, _) in VERDICTS.items()}
-UNSCORED = {"verdict": "not scored", "estimate": None, "ci_low": None, "ci_high": None, "culprit": False}
 CSS = """
 .orr{font:14px/1.45 system-ui,-apple-system,Segoe UI,sans-serif;color:#1d1d1d;background:#fafafa}
 .orr *{box-sizing:border-box}.orr header{background:#1d2733;color:#fff;padding:14px 24px}
@@ -84,10 +85,14 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.0f}%"
 
 
-def _interval(row: Mapping[str, Any]) -> str:
-    if row.get("ci_low") is None:
-        return f"effect {_num(row.get('estimate'))}"
-    return f"effect {_num(row.get('estimate'))} [{_num(row['ci_low'])}, {_num(row['ci_high'])}]"
+def _interval(estimate: float | None, low: float | None, high: float | None) -> str:
+    if low is None:
+        return f"effect {_num(estimate)}"
+    return f"effect {_num(estimate)} [{_num(low)}, {_num(high)}]"
+
+
+def _row_interval(row: StepBlame) -> str:
+    return _interval(row.estimate, row.ci_low, row.ci_high)
 
 
 def badge(verdict: str) -> str:
@@ -103,9 +108,9 @@ def trace_href(trace_url: str | None, trace_id: str) -> str | None:
     return trace_url.replace("{trace_id}", tid) if "{trace_id}" in trace_url else trace_url + tid
 
 
-def interval_chart(steps: list[dict[str, Any]], epsilon: float | None = None) -> str:
+def interval_chart(steps: list[StepBlame], epsilon: float | None = None) -> str:
     """One row per scored step: the estimate and its interval on one shared -1..1 axis, ±epsilon shaded."""
-    rows = [s for s in steps if s.get("estimate") is not None]
+    rows = [s for s in steps if s.estimate is not None]
     width, left = 460, 150
     row_h = 26 if len(rows) <= 24 else 16
     height = row_h * len(rows) + 30
@@ -123,18 +128,19 @@ def interval_chart(steps: list[dict[str, Any]], epsilon: float | None = None) ->
         parts.append(f'<text x="{x(tick)}" y="{height - 5}" font-size="10" text-anchor="middle">{tick}</text>')
     for n, s in enumerate(rows):
         y = n * row_h + row_h // 2 + 1
-        colour, open_ = COLOURS.get(s["verdict"], "#555"), s["verdict"] == "undecided"
-        low = s["estimate"] if s.get("ci_low") is None else s["ci_low"]
-        high = s["estimate"] if s.get("ci_high") is None else s["ci_high"]
-        label = escape(shorten(f"#{s['index']} {s.get('name', '')}", 24))
-        weight = ' font-weight="700"' if s.get("culprit") else ""
+        estimate = s.estimate or 0.0  # scored: never None
+        colour, open_ = COLOURS.get(s.verdict, "#555"), s.verdict == "undecided"
+        low = estimate if s.ci_low is None else s.ci_low
+        high = estimate if s.ci_high is None else s.ci_high
+        label = escape(shorten(f"#{s.index} {s.name}", 24))
+        weight = ' font-weight="700"' if s.culprit else ""
         parts.append(f'<text x="4" y="{y + 4}" font-size="11"{weight}>{label}</text>')
         dash = ' stroke-dasharray="5,3"' if open_ else ""
         parts.append(f'<line x1="{x(low)}" y1="{y}" x2="{x(high)}" y2="{y}" stroke="{colour}" stroke-width="3"{dash}/>')
         fill = "#fff" if open_ else colour
-        parts.append(f'<circle cx="{x(s["estimate"])}" cy="{y}" r="{5 if row_h > 20 else 4}" fill="{fill}" '
-                     f'stroke="{colour}" stroke-width="2"><title>{escape(s["verdict"])}: '
-                     f'{s["estimate"]:+.2f} [{low:+.2f}, {high:+.2f}]</title></circle>')
+        parts.append(f'<circle cx="{x(estimate)}" cy="{y}" r="{5 if row_h > 20 else 4}" fill="{fill}" '
+                     f'stroke="{colour}" stroke-width="2"><title>{escape(s.verdict)}: '
+                     f'{estimate:+.2f} [{low:+.2f}, {high:+.2f}]</title></circle>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -150,27 +156,27 @@ def legend(verdicts: set[str], epsilon: float | None) -> str:
     return f'<ul class="legend">{"".join(items)}</ul>'
 
 
-def to_decide(row: Mapping[str, Any], report: Mapping[str, Any], budget: bool = True) -> str:
+def to_decide(row: StepBlame, result: AttributionResult, budget: bool = True) -> str:
     """What it would take to decide an undecided (or untested) step, from the numbers the report carries."""
-    eps = report.get("epsilon", 0.1)
-    if row.get("to_decide"):
-        more = max(0, row["to_decide"] - (row.get("n_held") or 0))
-        calls = f", about {more * row['calls_per_rollout']:,.0f} more policy calls" if row.get("calls_per_rollout") else ""
-        text = (f"About {row['to_decide']} rollouts per plan would decide it ({more} more than the "
-                f"{row.get('n_held') or 0} run{calls}).")
-    elif row.get("ci_low") is not None:
+    eps = result.epsilon
+    if row.to_decide:
+        more = max(0, row.to_decide - (row.n_held or 0))
+        calls = f", about {more * row.calls_per_rollout:,.0f} more policy calls" if row.calls_per_rollout else ""
+        text = (f"About {row.to_decide} rollouts per plan would decide it ({more} more than the "
+                f"{row.n_held or 0} run{calls}).")
+    elif row.ci_low is not None:
         text = (f"Its effect is too close to ±{eps:g} to settle with any practical number of rollouts: "
                 f"a wider --epsilon would decide it.")
     else:
         text = "It was not tested, so it has no interval."
-    if budget and report.get("budget_exhausted"):
-        text += " " + _budget(report)
+    if budget and result.budget_exhausted:
+        text += " " + _budget(result)
     return text
 
 
-def _budget(report: Mapping[str, Any]) -> str:
-    return (f"The budget of {report.get('max_policy_calls')} policy calls ran out: raise --max-policy-calls and "
-            f"continue with --resume {report.get('job_id')}.")
+def _budget(result: AttributionResult) -> str:
+    return (f"The budget of {result.max_policy_calls} policy calls ran out: raise --max-policy-calls and "
+            f"continue with --resume {result.job_id}.")
 
 
 def _ranges(indices: list[int]) -> str:
@@ -184,39 +190,43 @@ def _ranges(indices: list[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in out)
 
 
-def _headline(report: Mapping[str, Any]) -> str:
-    culprit = report.get("culprit")
+def _headline(result: AttributionResult) -> str:
+    culprit = result.culprit
     if culprit:
-        return (f"Culprit: step {escape(culprit['index'])} ({escape(culprit['name'])}), "
-                f"{_interval(culprit)}")
-    candidates = report.get("candidates") or []
+        return (f"Culprit: step {escape(culprit.index)} ({escape(culprit.name)}), "
+                f"{_interval(culprit.estimate, culprit.ci_low, culprit.ci_high)}")
+    candidates = result.candidates
     if len(candidates) == 1:
         return f"Undecided: step {escape(candidates[0])} could not be decided"
     if candidates:
         return "Undecided between steps " + ", ".join(escape(i) for i in sorted(candidates))
-    return f"Verdict: {escape(report['verdict'])}"
+    return f"Verdict: {escape(result.verdict)}"
 
 
-def _repair(report: Mapping[str, Any], trajectory: Trajectory | None) -> str:
-    repair = report.get("repair")
+def _row(result: AttributionResult, index: int) -> StepBlame | None:
+    return next((r for r in result.steps if r.index == index), None)
+
+
+def _repair(result: AttributionResult, trajectory: Trajectory | None) -> str:
+    repair = result.repair
     if repair is None:
         return "<h3>Repair</h3><p class=\"muted\">No repair was searched (use --repair).</p>"
-    state = repair.get("verdict", "valid" if repair["valid"] else "invalid")
-    label = {"valid": "A validated fix", "invalid": "Not a fix", "undecided": "Undecided whether it fixes"}.get(state, "")
-    index = repair["step_index"]
+    label = {"valid": "A validated fix", "invalid": "Not a fix",
+             "undecided": "Undecided whether it fixes"}.get(repair.verdict, "")
+    index = repair.step_index
     step = _step(trajectory, index)
     if step is not None:
-        before, after = messages_text(step.outputs), messages_text(repair["output"])
+        before, after = messages_text(step.outputs), messages_text(repair.output)
     else:
-        row: dict[str, Any] = next((r for r in report["steps"] if r["index"] == index), {})
-        before, after = str(row.get("output") or ""), preview_text(repair["output"])
+        row = _row(result, index)
+        before, after = (row.output if row else "") or "", preview_text(repair.output)
     return (f'<h3>Repair: step {escape(index)}\'s output replaced</h3>'
-            f'<p class="{"ok" if repair["valid"] else "bad"}"><b>{label}</b>: the run then fails '
-            f'{_pct(repair["fail_rate"])} [{_pct(repair["ci_low"])}, {_pct(repair["ci_high"])}] over '
-            f'{escape(repair["rollouts"])} rollouts, drift {repair["drift"]:.2f}.</p>'
+            f'<p class="{"ok" if repair.valid else "bad"}"><b>{label}</b>: the run then fails '
+            f'{_pct(repair.fail_rate)} [{_pct(repair.ci_low)}, {_pct(repair.ci_high)}] over '
+            f'{escape(repair.rollouts)} rollouts, drift {repair.drift:.2f}.</p>'
             f'<div class="muted">recorded → repair (<del>removed</del> <ins>added</ins>)</div>{diff_html(before, after)}'
             f'<details class="context"><summary>the repaired output as messages</summary>'
-            f'{conversation_html(repair["output"])}</details>')
+            f'{conversation_html(repair.output)}</details>')
 
 
 def _step(trajectory: Trajectory | None, index: Any) -> Step | None:
@@ -225,44 +235,44 @@ def _step(trajectory: Trajectory | None, index: Any) -> Step | None:
     return trajectory.steps[index]
 
 
-def _verdict_card(report: Mapping[str, Any], trajectory: Trajectory | None) -> str:
-    explanation, culprit = report["explanation"], report.get("culprit")
+def _verdict_card(result: AttributionResult, trajectory: Trajectory | None) -> str:
+    explanation, culprit = result.explanation, result.culprit
     if culprit:
-        step, verb = _step(trajectory, culprit["index"]), "succeeds" if report.get("credit") else "fails"
-        row = next((r for r in report["steps"] if r["index"] == culprit["index"]), culprit)
-        pairs = f", over {escape(row['n_held'])} paired rollouts" if row.get("n_held") else ""
+        step, verb = _step(trajectory, culprit.index), "succeeds" if result.credit else "fails"
+        row = _row(result, culprit.index)  # None: a Shapley-only culprit
+        pairs = f", over {escape(row.n_held)} paired rollouts" if row and row.n_held else ""
         if step is not None:
             seen = [message_html(step.inputs[-1])] if step.inputs else []
             output = (f'<h3>What it saw last</h3>{"".join(seen)}' if seen else "") + \
                 f"<h3>What it decided</h3>{conversation_html(step.outputs)}"
         else:
-            output = f'<h3>What it decided</h3><div class="code">{escape(row.get("output") or "")}</div>'
-        level = f"{100 * (1 - report.get('alpha', 0.05)):.0f}%"
-        interval = ("" if culprit.get("ci_low") is None else
-                    f", {level} interval [{_num(culprit['ci_low'])}, {_num(culprit['ci_high'])}]")
-        return (f'<section id="culprit" class="verdict-card"><h2>Culprit: step {escape(culprit["index"])} · '
-                f'<span class="kind">{escape(culprit["kind"])}</span> {escape(culprit["name"])}{badge("decisive")}</h2>'
-                f'<p>With the steps up to {escape(culprit["index"])} as recorded, the run {verb} '
-                f'{_pct(culprit.get("fail_held"))} of the time; re-deciding step {escape(culprit["index"])} brings that '
-                f'to {_pct(culprit.get("fail_resampled"))}: effect {_num(culprit.get("estimate"))}{interval}{pairs}. '
-                f'<a href="#step-{escape(culprit["index"])}">In the timeline ↓</a></p>'
-                f'{output}{_repair(report, trajectory)}</section>')
-    if report["verdict"] in ("undecided", "partial"):
-        rows = {r["index"]: r for r in report["steps"]}
-        items = "".join(f'<li><b>step {escape(i)}</b> <span class="kind">{escape(rows[i]["kind"])}</span> '
-                        f'{escape(rows[i]["name"])}{badge(rows[i]["verdict"])} {_interval(rows[i])}. '
-                        f'{escape(to_decide(rows[i], report, budget=False))}</li>'
-                        for i in sorted(report.get("candidates") or []) if i in rows)
-        untested = [i for i in report.get("untested") or [] if isinstance(i, int)]
+            output = f'<h3>What it decided</h3><div class="code">{escape((row.output if row else "") or "")}</div>'
+        level = f"{100 * (1 - result.alpha):.0f}%"
+        interval = ("" if culprit.ci_low is None else
+                    f", {level} interval [{_num(culprit.ci_low)}, {_num(culprit.ci_high)}]")
+        return (f'<section id="culprit" class="verdict-card"><h2>Culprit: step {escape(culprit.index)} · '
+                f'<span class="kind">{escape(culprit.kind)}</span> {escape(culprit.name)}{badge("decisive")}</h2>'
+                f'<p>With the steps up to {escape(culprit.index)} as recorded, the run {verb} '
+                f'{_pct(culprit.fail_held)} of the time; re-deciding step {escape(culprit.index)} brings that '
+                f'to {_pct(culprit.fail_resampled)}: effect {_num(culprit.estimate)}{interval}{pairs}. '
+                f'<a href="#step-{escape(culprit.index)}">In the timeline ↓</a></p>'
+                f'{output}{_repair(result, trajectory)}</section>')
+    if result.verdict in ("undecided", "partial"):
+        rows = {r.index: r for r in result.steps}
+        items = "".join(f'<li><b>step {escape(i)}</b> <span class="kind">{escape(rows[i].kind)}</span> '
+                        f'{escape(rows[i].name)}{badge(rows[i].verdict)} {_row_interval(rows[i])}. '
+                        f'{escape(to_decide(rows[i], result, budget=False))}</li>'
+                        for i in sorted(result.candidates) if i in rows)
+        untested = [i for i in result.untested if isinstance(i, int)]
         parts = [f"<ul>{items}</ul>" if items else f'<p>{escape(explanation["where"])}</p>']
         if untested:
             parts.append(f"<p>Not tested: step{'s' if len(untested) > 1 else ''} {_ranges(untested)}.</p>")
-        if report.get("budget_exhausted"):
-            parts.append(f"<p>{escape(_budget(report))}</p>")
-        return (f'<section id="undecided" class="verdict-card"><h2>{_headline(report)}{badge("undecided")}</h2>'
+        if result.budget_exhausted:
+            parts.append(f"<p>{escape(_budget(result))}</p>")
+        return (f'<section id="undecided" class="verdict-card"><h2>{_headline(result)}{badge("undecided")}</h2>'
                 f'{"".join(parts)}<p><b>To decide:</b> {escape(explanation["fix"])}</p></section>')
-    return (f'<section id="verdict" class="verdict-card"><h2>{_headline(report)}</h2><p>{escape(explanation["where"])}'
-            f'</p><p><b>Next:</b> {escape(explanation["fix"])}</p>{_repair(report, trajectory)}</section>')
+    return (f'<section id="verdict" class="verdict-card"><h2>{_headline(result)}</h2><p>{escape(explanation["where"])}'
+            f'</p><p><b>Next:</b> {escape(explanation["fix"])}</p>{_repair(result, trajectory)}</section>')
 
 
 def _step_body(step: Step, seen: set[str]) -> str:
@@ -288,25 +298,26 @@ def _step_body(step: Step, seen: set[str]) -> str:
     return "".join(parts)
 
 
-def _timeline(report: Mapping[str, Any], trajectory: Trajectory | None) -> str:
-    rows = {r["index"]: r for r in report["steps"]}
+def _timeline(result: AttributionResult, trajectory: Trajectory | None) -> str:
+    rows = {r.index: r for r in result.steps}
     seen: set[str] = set()
     out = []
     steps: list[Step] = list(trajectory.steps) if trajectory is not None else []
-    indices = [s.index for s in steps] if steps else sorted(rows)
+    indices = [s.position for s in steps] if steps else sorted(rows)
     for n, index in enumerate(indices):
-        row, step = rows.get(index, {**UNSCORED, "name": "", "kind": ""}), steps[n] if steps else None
-        name, kind = (step.name, step.kind) if step is not None else (row.get("name", ""), row.get("kind", ""))
+        row = rows.get(index) or StepBlame(index=index, span_id="", name="", kind="")  # not scored
+        step = steps[n] if steps else None
+        name, kind = (step.name, step.kind) if step is not None else (row.name, row.kind)
         if step is not None:
             body, preview = _step_body(step, seen), messages_text(step.outputs)
         else:
-            preview = str(row.get("output") or "")
+            preview = row.output or ""
             body = f'<div class="code">{escape(preview)}</div>'
-        verdict = row["verdict"]
-        todo = (f'<div class="todo">{escape(to_decide(row, report))}</div>'
-                if verdict == "undecided" or index in (report.get("untested") or []) else "")
-        culprit = bool(row.get("culprit"))
-        effect = f' <span class="muted">{_interval(row)}</span>' if row.get("estimate") is not None else ""
+        verdict = row.verdict
+        todo = (f'<div class="todo">{escape(to_decide(row, result))}</div>'
+                if verdict == "undecided" or index in result.untested else "")
+        culprit = row.culprit
+        effect = f' <span class="muted">{_row_interval(row)}</span>' if row.estimate is not None else ""
         out.append(f'<details class="step{" culprit" if culprit else ""}" id="step-{escape(index)}"'
                    f'{" open" if culprit else ""} style="border-left-color:{COLOURS.get(verdict, "#555")}">'
                    f'<summary><b>#{escape(index)}</b> <span class="kind">{escape(kind)}</span> {escape(name)}'
@@ -315,62 +326,67 @@ def _timeline(report: Mapping[str, Any], trajectory: Trajectory | None) -> str:
     return "".join(out)
 
 
-def _charts(report: Mapping[str, Any]) -> str:
-    level, eps = f"{100 * (1 - report.get('alpha', 0.05)):.0f}%", report.get("epsilon", 0.1)
+def _charts(result: AttributionResult) -> str:
+    level, eps = f"{100 * (1 - result.alpha):.0f}%", result.epsilon
     out = ""
-    if report["steps"]:
-        verdicts = {s["verdict"] for s in report["steps"]}
-        out += (f"<section><h2>Effect of each step ({level} interval)</h2>{interval_chart(report['steps'], eps)}"
+    if result.steps:
+        verdicts: set[str] = {s.verdict for s in result.steps}
+        out += (f"<section><h2>Effect of each step ({level} interval)</h2>{interval_chart(result.steps, eps)}"
                 f"{legend(verdicts, eps)}<p class=\"muted\">effect = P(fail | step held) − P(fail | step re-decided); "
-                f"intervals hold simultaneously over the {escape(report.get('tests', len(report['steps'])))} step(s) "
+                f"intervals hold simultaneously over the {escape(result.tests)} step(s) "
                 f"the search could test.</p></section>")
-    if report.get("shapley"):
-        names = {s["index"]: s.get("name", "") for s in report["steps"]}
-        shapley = sorted(({**v, "estimate": v["value"], "name": v.get("name") or names.get(v["index"], "")}
-                          for v in report["shapley"]), key=lambda v: v["index"])
-        out += (f"<section><h2>Shapley values ({level} interval)</h2>{interval_chart(shapley, eps)}"
-                f"{legend({v['verdict'] for v in shapley}, eps)}"
+    if result.shapley:
+        names = {s.index: s.name for s in result.steps}
+        shapley = sorted(result.shapley, key=lambda v: v.index)
+        chart = [StepBlame(index=v.index, span_id=v.span_id or "", name=v.name or names.get(v.index, ""),
+                           kind=v.kind or "", estimate=v.value, ci_low=v.ci_low, ci_high=v.ci_high,
+                           verdict=v.verdict, culprit=v.culprit, rank=v.rank) for v in shapley]
+        out += (f"<section><h2>Shapley values ({level} interval)</h2>{interval_chart(chart, eps)}"
+                f"{legend({v.verdict for v in shapley}, eps)}"
                 "<table><tr><th>#</th><th>value</th><th>interval</th><th>pairs</th><th>verdict</th></tr>"
-                + "".join(f"<tr><td>{escape(v['index'])}</td><td>{v['value']:+.2f}</td><td>[{v['ci_low']:+.2f}, "
-                          f"{v['ci_high']:+.2f}]</td><td>{escape(v['samples'])}</td><td>{badge(v['verdict'])}</td></tr>"
+                + "".join(f"<tr><td>{escape(v.index)}</td><td>{v.value:+.2f}</td><td>[{v.ci_low:+.2f}, "
+                          f"{v.ci_high:+.2f}]</td><td>{escape(v.samples)}</td><td>{badge(v.verdict)}</td></tr>"
                           for v in shapley) + "</table></section>")
     return out
 
 
-def report_fragment(report: dict[str, Any], trajectory: Trajectory | None = None, trace_url: str | None = None) -> str:
-    """The report as an HTML fragment (no <html> around it; styles scoped to `.orr`).
+def report_fragment(report: Report, trajectory: Trajectory | None = None, trace_url: str | None = None) -> str:
+    """The report (a result, or its report document) as an HTML fragment (no <html> around it;
+    styles scoped to `.orr`).
 
     Without `trajectory`, each step shows the one-line output the report stores instead of its
     messages. `trace_url` (`http://tempo/.../{trace_id}`) adds a link to the trace.
     """
-    href = trace_href(trace_url, report["trace_id"])
+    result = as_result(report)
+    href = trace_href(trace_url, result.trace_id)
     link = (f' · <a href="{escape(href)}" target="_blank" rel="noopener noreferrer">open the trace ↗</a>'
             if href else "")
-    explanation = report["explanation"]
+    explanation = result.explanation
     return f"""<div class="orr"><style>{CSS}</style>
-<header><h1>{_headline(report)}</h1><div class="sub">trace {escape(report['trace_id'])}{link} ·
-job {escape(report['job_id'])} · method {escape(report['method'])} · {escape(report['rollouts'])} rollouts ·
-{escape(report['policy_calls'])} policy calls · recorded score {report['recorded_score']:.2f}
-(threshold {escape(report['threshold'])})</div></header>
-<main><div>{_verdict_card(report, trajectory)}<section><h2>Timeline</h2>{_timeline(report, trajectory)}</section></div>
+<header><h1>{_headline(result)}</h1><div class="sub">trace {escape(result.trace_id)}{link} ·
+job {escape(result.job_id)} · method {escape(result.method)} · {escape(result.rollouts)} rollouts ·
+{escape(result.policy_calls)} policy calls · recorded score {result.recorded_score:.2f}
+(threshold {escape(result.threshold)})</div></header>
+<main><div>{_verdict_card(result, trajectory)}<section><h2>Timeline</h2>{_timeline(result, trajectory)}</section></div>
 <div><section><h2>Explanation</h2><dl>
 <dt>What</dt><dd>{escape(explanation['what'])}</dd><dt>Where</dt><dd>{escape(explanation['where'])}</dd>
 <dt>Why</dt><dd>{escape(explanation['why'])}</dd><dt>Fix</dt><dd>{escape(explanation['fix'])}</dd>
 <dt>Causal trace</dt><dd>{folded(explanation.get('causal_trace') or '—')}</dd></dl></section>
-{_charts(report)}
-<section><h2>Report data</h2><details><summary>JSON</summary><div class="code">{escape(json.dumps(report, indent=2, ensure_ascii=False))}</div></details></section>
+{_charts(result)}
+<section><h2>Report data</h2><details><summary>JSON</summary><div class="code">{escape(result.to_json())}</div></details></section>
 </div></main></div>"""
 
 
-def render_html(report: dict[str, Any], trajectory: Trajectory | None = None, trace_url: str | None = None) -> str:
-    """The report document (AttributionResult.report(), or as stored) as one HTML page."""
+def render_html(report: Report, trajectory: Trajectory | None = None, trace_url: str | None = None) -> str:
+    """The result, or its report document (`AttributionResult.report()`, or as stored), as one HTML page."""
+    result = as_result(report)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{CSP}">
 <meta name="referrer" content="no-referrer"><meta name="viewport" content="width=device-width, initial-scale=1">
-<title>otel-replay · {escape(report['trace_id'])}</title>
+<title>otel-replay · {escape(result.trace_id)}</title>
 <style>body{{margin:0;background:#fafafa}}</style></head><body>
-{report_fragment(report, trajectory, trace_url)}
+{report_fragment(result, trajectory, trace_url)}
 </body></html>
 """
 

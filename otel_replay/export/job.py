@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from otel_replay.attribution.result import Report, as_result
 from otel_replay.export import files
 from otel_replay.export.blame import DEFAULT_SERVICE, blame_spans
 from otel_replay.export.otlp import ExportError, send
@@ -16,6 +18,7 @@ TARGETS = ("otlp", "jaeger-json", "otlp-json")
 
 
 def stored_reports(store: Store, job_id: str, trace_id: str | None = None) -> list[dict[str, Any]]:
+    """The job's report documents as stored (`AttributionResult.from_report` reads one as a result)."""
     if trace_id:
         rows = [(trace_id, r[0]) for r in store.named("job_report", [job_id, trace_id])]
     else:
@@ -35,19 +38,19 @@ def _root_and_rows(store: Store, trace_id: str) -> tuple[str, list[dict[str, Any
     return root[0][0], rows
 
 
-def export_reports(store: Store, reports: list[dict[str, Any]], to: str, *, out: Path | None = None,
+def export_reports(store: Store, reports: Sequence[Report], to: str, *, out: Path | None = None,
                    protocol: str | None = None, endpoint: str | None = None, headers: dict[str, str] | None = None,
                    service_name: str = DEFAULT_SERVICE, payloads: bool = False) -> int:
     """Send (otlp) or write (jaeger-json, otlp-json) the blame of each report; returns spans exported."""
     if to not in TARGETS:
         raise ExportError(f"unknown export target {to!r}; use one of {', '.join(TARGETS)}")
     everything, blame_total = [], 0
-    for report in reports:
-        root, rows = _root_and_rows(store, report["trace_id"])
-        spans = blame_spans(report, root, service_name, payloads)
+    for result in map(as_result, reports):
+        root, rows = _root_and_rows(store, result.trace_id)
+        spans = blame_spans(result, root, service_name, payloads)
         blame_total += len(spans)
         if to == "otlp":
-            send(spans, protocol, endpoint, headers, job_id=report.get("job_id"))
+            send(spans, protocol, endpoint, headers, job_id=result.job_id)
         else:
             everything += files.records(rows, spans)
     if to != "otlp":
