@@ -66,3 +66,8 @@ def test_older_rows_take_their_defaults():
     value = ShapleyValue.from_dict(old_value)
     assert value.span_id is None and not value.culprit
     assert value.to_dict() == old_value | {"culprit": False}  # identity left out, as the older report had it
+    document = _document()
+    del document["tests"]
+    assert AttributionResult.from_report(document).tests == 1 == len(document["steps"])  # alpha over every step
+    document["steps"] = [STEP, STEP | {"index": 3}]
+    assert AttributionResult.from_report(document).tests == 2

@@ -58,6 +58,9 @@ class Explanation(dict[str, str]):
 
 @dataclass(slots=True)
 class AttributionResult:
+    """One trace's attribution: the report's fields, its rows typed (`StepBlame`, `Culprit`, `Repair`,
+    `ShapleyValue`); `report()` / `from_report()` convert to and from the report document."""
+
     job_id: str
     trace_id: str
     method: Method
@@ -95,6 +98,7 @@ class AttributionResult:
         known = {f.name for f in fields(cls) if f.init}
         data = {k: v for k, v in document.items() if k in known}
         data.setdefault("sequential", bool(document.get("adaptive", True)))
+        data.setdefault("tests", max(1, len(document.get("steps") or [])))  # older reports: alpha over every step
         data["steps"] = as_rows(StepBlame, data.get("steps"))
         data["shapley"] = as_rows(ShapleyValue, data.get("shapley"))
         culprit, repair = data.get("culprit"), data.get("repair")
