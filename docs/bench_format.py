@@ -74,6 +74,19 @@ def _without_docstrings(node: ast.AST) -> ast.AST:
     return node
 
 
+def _canonical(node: object) -> str:
+    """`node` as text that is the same on every Python this project supports: `ast.dump` is not
+    (3.13 leaves out empty fields; 3.12 added `type_params`), so empty fields are left out here
+    and positions never counted."""
+    if isinstance(node, ast.AST):
+        fields = [(name, getattr(node, name, None)) for name in node._fields]
+        shown = [f"{name}={_canonical(value)}" for name, value in fields if value is not None and value != []]
+        return f"{type(node).__name__}({', '.join(shown)})"
+    if isinstance(node, list):
+        return f"[{', '.join(_canonical(item) for item in node)}]"
+    return repr(node)
+
+
 def stamp(name: str, read: Callable[[str], str] | None = None) -> str:
     """The 12-hex-digit stamp of bench `name`'s table code; `read(path)` gives a file's text (default:
     this checkout; pass one that reads `git show COMMIT:path` to stamp another version)."""
@@ -98,7 +111,7 @@ def stamp(name: str, read: Callable[[str], str] | None = None) -> str:
         node = mod.defs.get(symbol)
         if node is None:
             continue  # a builtin, a parameter, or a name from outside the bench package
-        parts.append(f"{mod_name}.{symbol}={ast.dump(_without_docstrings(node))}")
+        parts.append(f"{mod_name}.{symbol}={_canonical(_without_docstrings(node))}")
         todo += [(mod_name, n.id) for n in ast.walk(node) if isinstance(n, ast.Name)]
     return hashlib.sha256("\n".join(sorted(parts)).encode()).hexdigest()[:12]
 
