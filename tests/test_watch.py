@@ -267,11 +267,17 @@ def test_an_hourly_budget_pauses_a_job_and_the_resumed_job_ends_as_an_unconstrai
     while len(handled(root)) < 2 or any(h == (0, 0) for h in handled(root).values()):
         watcher.run(once=True)
         assert watcher.ledger.state().counted <= 100
+        deferred = {t for e in seen if e["event"] == "skipped" and "per hour is spent" in e["reason"]
+                    for t in e["trace_ids"]}
+        waiting = {t for t in deferred if sum(handled(root).get(t, (0, 0))) == 0}
+        listed = {row[1] for row in Store(root).named("list_skipped", ["watch", "watch", 100])}
+        assert listed == waiting  # `otel-replay jobs --skipped` lists what the budget keeps waiting, until done
         now[0] += HOUR_NS + 1
         hours += 1
         assert hours < 20
     assert hours > 2 and any(e["event"] == "paused" for e in seen)
     assert any(e["event"] == "skipped" and "per hour is spent" in e["reason"] for e in seen)
+    assert Store(root).sql("select count(*) n from skip_rows where job_id = 'watch'").column("n")[0].as_py() >= 1
     assert results(root) == results(reference) and handled(root) == dict.fromkeys(traces, (1, 0))
     spent = Store(root).sql("select granted_ns, spent from budget_rows where spent is not null").to_pylist()
     for hour in {r["granted_ns"] // HOUR_NS for r in spent}:  # grants of one clock hour, ended within it

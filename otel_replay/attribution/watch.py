@@ -247,8 +247,9 @@ class Watcher:
             if grant is None:
                 done.skipped += 1
                 state = self.ledger.state()
-                self._emit("skipped", trace_ids=[trace_id], job_id=job_id, frees_at_ns=state.frees_at_ns,
-                           reason=f"the budget of {state.cap} policy calls per hour is spent")
+                reason = f"the budget of {state.cap} policy calls per hour is spent"
+                self._defer(trace_id, f"deferred by watch: {reason}; attributed once the hour frees calls")
+                self._emit("skipped", trace_ids=[trace_id], job_id=job_id, frees_at_ns=state.frees_at_ns, reason=reason)
                 return _BLOCKED
         limit = base if want == 0 else None if grant is None or grant.calls is None else base + grant.calls
         job: Job | None = None
@@ -291,6 +292,13 @@ class Watcher:
             if followed:
                 self._emit(**followed)
         return result
+
+    def _defer(self, trace_id: str, reason: str) -> None:
+        """List a failure the hourly budget keeps waiting in `otel-replay jobs --skipped` (job
+        `watch`, once per trace; the list leaves it out once the trace has a report)."""
+        if trace_id not in dict(self.store.named("job_skips", [LEDGER])):
+            write_rows(self.store.root, "skip_rows", [{"job_id": LEDGER, "trace_id": trace_id, "reason": reason,
+                                                      "skipped_ns": self.clock()}])
 
     def _emit(self, event: str, **fields: Any) -> None:
         if self.on_event is not None:

@@ -102,11 +102,14 @@ SELECT job_id, make_timestamp(created_ns // 1000) AS created, status, traces, tr
 FROM jobs ORDER BY created_ns DESC LIMIT ?;
 
 -- name: list_skipped
--- Traces jobs skipped, newest first: job (NULL: every job), limit.
+-- Traces jobs skipped, newest first: job (NULL: every job), limit. Job `watch`: failures a
+-- watcher's hourly budget keeps waiting, until they have a report or a group link.
 SELECT job_id, trace_id, arg_min(reason, skipped_ns) AS reason,
        make_timestamp(min(skipped_ns) // 1000) AS skipped
 FROM skip_rows
 WHERE (? IS NULL OR job_id = ?)
+  AND (job_id <> 'watch' OR (trace_id NOT IN (SELECT trace_id FROM reports)
+                             AND trace_id NOT IN (SELECT trace_id FROM group_links)))
 GROUP BY job_id, trace_id
 ORDER BY min(skipped_ns) DESC, trace_id
 LIMIT ?;
