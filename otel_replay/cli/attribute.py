@@ -19,6 +19,7 @@ from otel_replay.attribution.executors import ENGINES, EngineError
 from otel_replay.attribution.job import JobInterrupted, resume_hint, select_traces
 from otel_replay.attribution.result import Report, as_result
 from otel_replay.attribution.sequential import DEFAULT_ALPHA, DEFAULT_EPSILON, DEFAULT_MAX_ROLLOUTS
+from otel_replay.cli.options import export_options, verifier_options
 from otel_replay.cli.output import (
     StoreCommand,
     cell,
@@ -193,13 +194,7 @@ trace_url_option = click.option(
 @click.option("--where", callback=lambda ctx, param, value: _predicate(value),
               help="A batch job: every trace matching this SQL predicate over the traces view.")
 @click.option("--resume", "resume", metavar="JOB_ID", help="Resume a job; finished rollouts are skipped.")
-@click.option("--policies", "policies_spec", metavar="MODULE", help="Module whose import registers policies.")
-@click.option("--verifier", help="pkg.module:function(final_output, rollout) -> score in [0, 1].")
-@click.option("--expect-contains", help="Built-in verifier: the final output contains this text.")
-@click.option("--expect-regex", help="Built-in verifier: the final output matches this regular expression.")
-@click.option("--expect-json-schema", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Built-in verifier: the final output is JSON valid against this schema.")
-@click.option("--threshold", default=0.5, show_default=True, type=click.FloatRange(0, 1), help="Scores below fail.")
+@verifier_options
 @click.option("--method", type=click.Choice(["contrastive", "shapley", "both"]), default="contrastive", show_default=True,
               help="contrastive: each step re-decided against its prefix (the point of commitment); shapley: "
               "credit shared over random orders of steps; both.")
@@ -238,13 +233,7 @@ trace_url_option = click.option(
 @redaction_options
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the JSON report.")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False, path_type=Path), help="Write the HTML report.")
-@click.option("--export", "export_to", type=click.Choice(["otlp"]), help="Send the blame into the original trace.")
-@click.option("--otlp-endpoint", help="Default: $OTEL_EXPORTER_OTLP_ENDPOINT.")
-@click.option("--otlp-protocol", type=click.Choice(["grpc", "http/protobuf"]),
-              help="With --export otlp. Default: $OTEL_EXPORTER_OTLP_PROTOCOL or http/protobuf.")
-@click.option("--otlp-header", "otlp_headers", multiple=True, metavar="K=V",
-              help="With --export otlp: an extra header (repeatable).")
-@click.option("--service-name", default="otel-replay", show_default=True, help="service.name of the blame spans.")
+@export_options("Send the blame into the original trace.")
 @trace_url_option
 @click.pass_obj
 def attribute(store: Store, trace_ids: tuple[str, ...], where: str | None, resume: str | None, policies_spec: str | None,

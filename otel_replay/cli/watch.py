@@ -11,6 +11,7 @@ import click
 from otel_replay.api import make_watcher
 from otel_replay.attribution.sequential import DEFAULT_ALPHA, DEFAULT_EPSILON, DEFAULT_MAX_ROLLOUTS
 from otel_replay.cli.attribute import _predicate, _verifier_spec, parse_headers, stopping_on_signals
+from otel_replay.cli.options import export_options, verifier_options
 from otel_replay.cli.output import StoreCommand, dumps, echo, writing_to
 from otel_replay.trajectory import Store
 
@@ -47,13 +48,7 @@ def _line(event: dict[str, Any]) -> str:
 @click.option("--where", callback=lambda ctx, param, value: _predicate(value),
               help="Only traces matching this SQL predicate over the traces view (default: every trace); "
                    "of those, the ones the verifier fails are attributed.")
-@click.option("--policies", "policies_spec", metavar="MODULE", help="Module whose import registers policies.")
-@click.option("--verifier", help="pkg.module:function(final_output, rollout) -> score in [0, 1].")
-@click.option("--expect-contains", help="Built-in verifier: the final output contains this text.")
-@click.option("--expect-regex", help="Built-in verifier: the final output matches this regular expression.")
-@click.option("--expect-json-schema", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Built-in verifier: the final output is JSON valid against this schema.")
-@click.option("--threshold", default=0.5, show_default=True, type=click.FloatRange(0, 1), help="Scores below fail.")
+@verifier_options
 @click.option("--method", type=click.Choice(["contrastive", "shapley", "both"]), default="contrastive",
               show_default=True, help="As for attribute.")
 @click.option("--rollouts", type=click.IntRange(min=1), help="A fixed number of rollouts per plan (as attribute).")
@@ -80,12 +75,7 @@ def _line(event: dict[str, Any]) -> str:
               help="Traces scored, and failures handled, per poll (bounds memory).")
 @click.option("--once", is_flag=True, help="Handle the backlog, then exit.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per event, for programs.")
-@click.option("--export", "export_to", type=click.Choice(["otlp"]), help="Send each result's blame into its trace.")
-@click.option("--otlp-endpoint", help="With --export otlp. Default: $OTEL_EXPORTER_OTLP_ENDPOINT.")
-@click.option("--otlp-protocol", type=click.Choice(["grpc", "http/protobuf"]),
-              help="With --export otlp. Default: $OTEL_EXPORTER_OTLP_PROTOCOL or http/protobuf.")
-@click.option("--otlp-header", "otlp_headers", multiple=True, metavar="K=V", help="With --export otlp (repeatable).")
-@click.option("--service-name", default="otel-replay", show_default=True, help="service.name of the blame spans.")
+@export_options("Send each result's blame into its trace.")
 @click.pass_obj
 def watch(store: Store, where: str | None, policies_spec: str | None, verifier: str | None,
           expect_contains: str | None, expect_regex: str | None, expect_json_schema: Path | None, interval_s: float,
