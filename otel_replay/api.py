@@ -228,11 +228,14 @@ def make_watcher(*, policies: Policies = None, verifier: str | Verifier | None =
                  interval_s: float = 30.0, settle_s: float = 10.0, max_policy_calls_per_hour: int | None = None,
                  batch: int = 100, export: Mapping[str, Any] | None = None,
                  on_event: Callable[[Event], None] | None = None, clock: Callable[[], int] = time.time_ns,
+                 engine: str = "local", address: str | None = None, worker_cpus: float = 0.25,
                  **options: Any) -> Watcher:
     """The loop `otel-replay watch` runs (`.run(once=...)`, `.stop()`): new failing traces attributed
     with `attribute`'s jobs and defaults, once each. `options` are `attribute`'s; `max_policy_calls`
     caps each job. `export`: keyword arguments of `export_reports` (protocol, endpoint, headers,
-    service_name) to send each result's blame into its trace over OTLP. `clock`: now in epoch ns."""
+    service_name) to send each result's blame into its trace over OTLP. `clock`: now in epoch ns.
+    `engine="ray"`: each job's rollouts on Ray workers (`address`: the cluster), as `attribute`'s;
+    the policies and the verifier must then be importable paths."""
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise TypeError(f"watch got unknown option(s) {', '.join(unknown)}; options are {', '.join(OPTIONS)}")
@@ -244,6 +247,9 @@ def make_watcher(*, policies: Policies = None, verifier: str | Verifier | None =
     registry, spec, named = _registry(policies)
     question = fingerprint(name, spec or named, options)  # the per-job cap included: it shapes the results
     per_job = options.pop("max_policy_calls", None)
+    if engine != "local" and (spec is None or callable(verifier)):
+        raise EngineError(f"--engine {engine} rebuilds the policies and the verifier in its workers from importable "
+                          "paths: give module paths (policies='pkg.policies', verifier='pkg.mod:fn')")
     watch = WatchOptions(build_verifier(verifier), name, question, threshold=options.get("threshold", 0.5),
                          seed=options.get("seed", 0), where=where, interval_s=interval_s, settle_s=settle_s,
                          calls_per_hour=max_policy_calls_per_hour, calls_per_job=per_job, batch=batch)
@@ -254,7 +260,18 @@ def make_watcher(*, policies: Policies = None, verifier: str | Verifier | None =
         if spec is not None or (policies is None and not named):  # as `attribute` stores it: a resume rebuilds them
             made.params.policies = spec
             made.params.in_process.pop("policies", None)
+        # ignore: a non-local engine gets here only with importable policies and verifier (checked above)
+        made.executor = make_executor(engine, address, made.params.policies, made.params.verifier,  # type: ignore[arg-type]
+                                      made.registry, made.params.concurrency, worker_cpus)
         return made
+
+    def run_job(job: Job) -> list[AttributionResult]:
+        try:
+            return run(job)
+        finally:
+            close = getattr(job.executor, "close", None)  # a watcher runs job after job: each job's workers go
+            if close is not None:
+                close()
 
     def send(result: AttributionResult) -> Event:
         from otel_replay.export.job import export_reports
@@ -266,7 +283,7 @@ def make_watcher(*, policies: Policies = None, verifier: str | Verifier | None =
             return {"event": "export-failed", "trace_id": result.trace_id, "job_id": result.job_id, "reason": str(exc)}
         return {"event": "exported", "trace_id": result.trace_id, "job_id": result.job_id, "spans": spans}
 
-    return Watcher(store, watch, job, run, send if export is not None else None, on_event, clock)
+    return Watcher(store, watch, job, run_job, send if export is not None else None, on_event, clock)
 
 
 def _resumed(store: Store, job_id: str, policies: Policies, verifier: str | Verifier | None) -> Job:

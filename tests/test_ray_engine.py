@@ -5,7 +5,9 @@ local thread pool."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -180,3 +182,27 @@ def test_cli_in_a_subprocess_starts_its_own_local_ray_instance(planted):
     (ray_counts, ray_job), (local_counts, local_job) = summary(done.stdout), summary(local.output)
     assert ray_counts == local_counts
     assert Store(root).sql(ROWS, [ray_job]).to_pylist() == Store(root).sql(ROWS, [local_job]).to_pylist()
+
+
+def test_watch_on_ray_attributes_each_failure_once_with_the_local_watchers_results(local_ray, planted, tmp_path):
+    """`watch --engine ray` runs each job's rollouts on Ray workers: every failure is attributed once,
+    with the rollouts and results a local watcher gets; a second pass does nothing."""
+    root, traces = planted
+    stores = {engine: tmp_path / engine for engine in ("local", "ray")}
+    for store in stores.values():
+        shutil.copytree(root, store)
+    for engine, store in stores.items():
+        args = ["--store", str(store), "watch", "--once", "--settle", "0", "--policies", spec("single-late"),
+                "--where", "service_name = 'planted-single-late'", "--expect-contains", "OK", "--json",
+                "--engine", engine]
+        out = CliRunner().invoke(cli, args)
+        assert out.exit_code == 0, out.output
+        events = [json.loads(line) for line in out.output.splitlines()]
+        assert {e["trace_id"] for e in events if e["event"] == "attributed"} == {traces["single-late"]}
+        again = CliRunner().invoke(cli, args)
+        assert not [line for line in again.output.splitlines() if '"attributing"' in line]
+    query = "SELECT trace_id, step_index, estimate, ci_low, ci_high, verdict, culprit FROM results ORDER BY ALL"
+    assert Store(stores["ray"]).sql(query).to_pylist() == Store(stores["local"]).sql(query).to_pylist()
+    rows = "SELECT plan, rollout, seed, score, failed, policy_calls FROM rollouts ORDER BY plan, rollout"
+    assert Store(stores["ray"]).sql(rows).to_pylist() == Store(stores["local"]).sql(rows).to_pylist()
+    policies.registry.clear()

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from otel_replay.api import make_watcher
+from otel_replay.attribution.executors import ENGINES
 from otel_replay.attribution.sequential import DEFAULT_ALPHA, DEFAULT_EPSILON, DEFAULT_MAX_ROLLOUTS
 from otel_replay.cli.attribute import _predicate, _verifier_spec, parse_headers, stopping_on_signals
 from otel_replay.cli.options import export_options, verifier_options
@@ -61,6 +62,11 @@ def _line(event: dict[str, Any]) -> str:
 @click.option("--repair", is_flag=True, help="Search a validated repair for each culprit.")
 @click.option("--concurrency", default=4, show_default=True, type=click.IntRange(min=1),
               help="Rollouts run at once within a job.")
+@click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
+              help="Where each job's rollouts run: threads here, or Ray workers (pip install 'otel-replay[ray]').")
+@click.option("--address", help="--engine ray: the cluster (auto, ray://HOST:10001); default: a new local instance.")
+@click.option("--worker-cpus", default=0.25, show_default=True, type=click.FloatRange(0, min_open=True),
+              help="--engine ray: CPUs each of the --concurrency workers reserves.")
 @click.option("--max-policy-calls", type=click.IntRange(min=1), help="Hard budget of each job (over its whole life).")
 @click.option("--max-policy-calls-per-hour", "per_hour", type=click.IntRange(min=1),
               help="Hard budget of every watcher of this store together, over any sliding hour.")
@@ -81,7 +87,7 @@ def watch(store: Store, where: str | None, policies_spec: str | None, verifier: 
           expect_contains: str | None, expect_regex: str | None, expect_json_schema: Path | None, interval_s: float,
           settle_s: float, per_hour: int | None, batch: int, once: bool, as_json: bool, export_to: str | None,
           otlp_endpoint: str | None, otlp_protocol: str | None, otlp_headers: tuple[str, ...], service_name: str,
-          **options: Any) -> None:
+          engine: str, address: str | None, worker_cpus: float, **options: Any) -> None:
     """Attribute new failing traces as they arrive, once each, within a policy-call budget.
 
     Scores new traces with the verifier, attributes one trace per group of identical failures (the
@@ -101,7 +107,8 @@ def watch(store: Store, where: str | None, policies_spec: str | None, verifier: 
     options["policy_timeout_s"] = options["policy_timeout_s"] or None  # 0: no limit
     watcher = make_watcher(policies=policies_spec, store=store, where=where, interval_s=interval_s, settle_s=settle_s,
                            verifier=_verifier_spec(verifier, expect_contains, expect_regex, expect_json_schema),
-                           max_policy_calls_per_hour=per_hour, batch=batch, export=export, on_event=show, **options)
+                           max_policy_calls_per_hour=per_hour, batch=batch, export=export, on_event=show,
+                           engine=engine, address=address, worker_cpus=worker_cpus, **options)
     with writing_to(store), stopping_on_signals(watcher.stop):
         watcher.run(once=once)
 
