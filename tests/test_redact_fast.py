@@ -337,7 +337,7 @@ def test_clean_spans_and_values_come_back_as_the_same_objects():
     assert out.step.redacted == []
 
 
-class Color(str, enum.Enum):
+class Color(str, enum.Enum):  # noqa: UP042 - a str Enum, as a user may pass one
     RED = "red"
 
 

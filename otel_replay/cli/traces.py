@@ -38,7 +38,7 @@ def parse_since(value: str | None) -> int:
     except ValueError:
         raise click.BadParameter(f"{value!r}: use a duration like 30m, 1h, 2d or an ISO time") from None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
+        when = when.replace(tzinfo=dt.UTC)
     return int(when.timestamp() * 1e9)
 
 

@@ -7,7 +7,7 @@ from enum import Enum
 from typing import Any
 
 
-class Action(str, Enum):
+class Action(str, Enum):  # noqa: UP042 - str() of a member must stay as it was (plans are stored)
     HOLD = "hold"          # serve the recording while the step's live inputs equal its recorded inputs
     RESAMPLE = "resample"  # re-decide the step with its policy
     DO = "do"              # force an output (do-intervention)

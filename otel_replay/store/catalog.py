@@ -138,7 +138,8 @@ def _empty_with_day(table: str) -> pa.Table:
 def _segments_view(con: duckdb.DuckDBPyConnection, table: str, segments: duckdb.DuckDBPyRelation) -> None:
     """The table's view over its segments, with every declared column: a column no segment has
     (segments written before it was added) reads as NULL of its declared type."""
-    missing = [f.name for f in schema_of(table) if f.name not in segments.columns]
+    present = set(segments.columns)  # once: on a remote store each call may bind the relation again
+    missing = [f.name for f in schema_of(table) if f.name not in present]
     if not missing:
         segments.create_view(table)
         return

@@ -26,7 +26,7 @@ from fsspec import AbstractFileSystem
 
 BLOCK_BYTES = 2 * 1024 * 1024  # one ranged GET; a small segment is one block
 CACHE_BYTES = 256 * 1024 * 1024  # bytes one connection keeps
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MAGIC = frozenset("*?[")
 
 

@@ -14,7 +14,7 @@ import math
 from otel_replay.normalize.sources.errors import SourceError, shown
 
 MAX_NS = 2**63 - 1  # 2262-04-11T23:47:16.854775807Z
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MAX_DIGITS = 24  # longer digit strings are out of range anyway (and int() of huge strings is slow)
 
 
@@ -83,7 +83,7 @@ def iso_to_ns(value: object, field: str) -> int | None:
     except ValueError:
         raise BadTime(f"{shown(value)} is not an ISO-8601 time", field=field) from None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.timezone.utc)
+        when = when.replace(tzinfo=dt.UTC)
     try:
         delta = when - _EPOCH
     except OverflowError:  # a year-1 time with a positive offset, or year 9999 with a negative one
