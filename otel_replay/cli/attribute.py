@@ -15,11 +15,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from otel_replay.api import make_job, run
 from otel_replay.attribution import AttributionError, AttributionResult, Job, VerifierError
-from otel_replay.attribution.executors import ENGINES, EngineError
+from otel_replay.attribution.executors import EngineError
 from otel_replay.attribution.job import JobInterrupted, resume_hint, select_traces
 from otel_replay.attribution.result import Report, as_result
 from otel_replay.attribution.sequential import DEFAULT_ALPHA, DEFAULT_EPSILON, DEFAULT_MAX_ROLLOUTS
-from otel_replay.cli.options import export_options, verifier_options
+from otel_replay.cli.options import engine_options, export_options, verifier_options
 from otel_replay.cli.output import (
     StoreCommand,
     cell,
@@ -219,11 +219,7 @@ trace_url_option = click.option(
 @click.option("--credit", is_flag=True, help="Attribute a passing run: which step secured the success.")
 @click.option("--concurrency", default=4, show_default=True, type=click.IntRange(min=1),
               help="Rollouts run at once (policy calls in flight).")
-@click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
-              help="Where rollouts run: threads here, or Ray workers (pip install 'otel-replay[ray]').")
-@click.option("--address", help="--engine ray: the cluster (auto, ray://HOST:10001); default: a new local instance.")
-@click.option("--worker-cpus", default=0.25, show_default=True, type=click.FloatRange(0, min_open=True),
-              help="--engine ray: CPUs each of the --concurrency workers reserves (rollouts mostly wait on models).")
+@engine_options
 @click.option("--max-policy-calls", type=click.IntRange(min=1),
               help="Hard budget; steps it leaves undecided are reported as such.")
 @click.option("--policy-timeout", "policy_timeout_s", default=60.0, show_default=True, type=click.FloatRange(0),

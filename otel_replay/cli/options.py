@@ -45,3 +45,20 @@ def export_options(what: str) -> Callable[[F], F]:
             fn = option(fn)
         return fn
     return decorate
+
+
+def engine_options(fn: F) -> F:
+    """Add --engine, --address and --worker-cpus; the command gets `engine`, `address`, `worker_cpus`."""
+    from otel_replay.attribution.executors import ENGINES
+
+    for option in reversed([
+        click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
+                     help="Where rollouts run: threads here, or Ray workers (pip install 'otel-replay[ray]')."),
+        click.option("--address", help="--engine ray: the cluster (auto, ray://HOST:10001); default: a new local "
+                                       "instance."),
+        click.option("--worker-cpus", default=0.25, show_default=True, type=click.FloatRange(0, min_open=True),
+                     help="--engine ray: CPUs each of the --concurrency workers reserves (rollouts mostly wait on "
+                          "models)."),
+    ]):
+        fn = option(fn)
+    return fn

@@ -9,10 +9,9 @@ from typing import Any
 import click
 
 from otel_replay.api import make_watcher
-from otel_replay.attribution.executors import ENGINES
 from otel_replay.attribution.sequential import DEFAULT_ALPHA, DEFAULT_EPSILON, DEFAULT_MAX_ROLLOUTS
 from otel_replay.cli.attribute import _predicate, _verifier_spec, parse_headers, stopping_on_signals
-from otel_replay.cli.options import export_options, verifier_options
+from otel_replay.cli.options import engine_options, export_options, verifier_options
 from otel_replay.cli.output import StoreCommand, dumps, echo, writing_to
 from otel_replay.trajectory import Store
 
@@ -62,11 +61,7 @@ def _line(event: dict[str, Any]) -> str:
 @click.option("--repair", is_flag=True, help="Search a validated repair for each culprit.")
 @click.option("--concurrency", default=4, show_default=True, type=click.IntRange(min=1),
               help="Rollouts run at once within a job.")
-@click.option("--engine", type=click.Choice(ENGINES), default="local", show_default=True,
-              help="Where each job's rollouts run: threads here, or Ray workers (pip install 'otel-replay[ray]').")
-@click.option("--address", help="--engine ray: the cluster (auto, ray://HOST:10001); default: a new local instance.")
-@click.option("--worker-cpus", default=0.25, show_default=True, type=click.FloatRange(0, min_open=True),
-              help="--engine ray: CPUs each of the --concurrency workers reserves.")
+@engine_options
 @click.option("--max-policy-calls", type=click.IntRange(min=1), help="Hard budget of each job (over its whole life).")
 @click.option("--max-policy-calls-per-hour", "per_hour", type=click.IntRange(min=1),
               help="Hard budget of every watcher of this store together, over any sliding hour.")
