@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -115,7 +114,7 @@ def test_an_interrupted_ray_job_resumed_equals_an_uninterrupted_run(local_ray, p
 
     with pytest.raises(KeyboardInterrupt):
         run(root, traces["echo"], "echo", executor="ray", seed=3, on_progress=interrupt)
-    (job_id,) = Store(root).sql("SELECT job_id FROM jobs WHERE status = 'failed'").column("job_id").to_pylist()
+    (job_id,) = Store(root).sql("SELECT job_id FROM jobs WHERE status = 'interrupted'").column("job_id").to_pylist()
     stored = Store(root).sql("SELECT count(*) n FROM rollouts WHERE job_id = ?", [job_id]).column("n")[0].as_py()
     assert stored >= 25
     again, _ = run(root, traces["echo"], "echo", executor="ray", seed=3, job_id=job_id)
@@ -184,13 +183,12 @@ def test_cli_in_a_subprocess_starts_its_own_local_ray_instance(planted):
     assert Store(root).sql(ROWS, [ray_job]).to_pylist() == Store(root).sql(ROWS, [local_job]).to_pylist()
 
 
-def test_watch_on_ray_attributes_each_failure_once_with_the_local_watchers_results(local_ray, planted, tmp_path):
+def test_watch_on_ray_attributes_each_failure_once_with_the_local_watchers_results(local_ray, tmp_path):
     """`watch --engine ray` runs each job's rollouts on Ray workers: every failure is attributed once,
     with the rollouts and results a local watcher gets; a second pass does nothing."""
-    root, traces = planted
     stores = {engine: tmp_path / engine for engine in ("local", "ray")}
-    for store in stores.values():
-        shutil.copytree(root, store)
+    traces = {engine: record_planted(store, TOPOLOGIES["single-late"]) for engine, store in stores.items()}
+    assert traces["local"] == traces["ray"]  # the same recording (seeded ids) in two fresh stores
     for engine, store in stores.items():
         args = ["--store", str(store), "watch", "--once", "--settle", "0", "--policies", spec("single-late"),
                 "--where", "service_name = 'planted-single-late'", "--expect-contains", "OK", "--json",
@@ -198,7 +196,7 @@ def test_watch_on_ray_attributes_each_failure_once_with_the_local_watchers_resul
         out = CliRunner().invoke(cli, args)
         assert out.exit_code == 0, out.output
         events = [json.loads(line) for line in out.output.splitlines()]
-        assert {e["trace_id"] for e in events if e["event"] == "attributed"} == {traces["single-late"]}
+        assert {e["trace_id"] for e in events if e["event"] == "attributed"} == {traces[engine]}
         again = CliRunner().invoke(cli, args)
         assert not [line for line in again.output.splitlines() if '"attributing"' in line]
     query = "SELECT trace_id, step_index, estimate, ci_low, ci_high, verdict, culprit FROM results ORDER BY ALL"
