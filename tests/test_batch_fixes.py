@@ -84,6 +84,8 @@ def test_attribute_where_skips_and_lists_a_passing_trace_instead_of_failing_the_
     (state,) = [json.loads(line) for line in invoke(root, "jobs", "--json").output.splitlines()
                 if json.loads(line)["job_id"] == job_id]
     assert state["status"] in ("done", "partial") and state["skipped"] == 1 and "1 skipped" in state["message"]
+    unknown = invoke(root, "jobs", "--skipped", "--job", "jnosuch")
+    assert unknown.exit_code == 1 and "no job 'jnosuch' in the store" in unknown.output  # not an empty table
 
 
 def test_aggregate_counts_a_trace_once_when_two_jobs_attributed_it(planted):

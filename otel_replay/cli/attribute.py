@@ -302,6 +302,8 @@ def jobs(store: Store, limit: int, skipped: bool, job_id: str | None, as_json: b
     with store.session() as s:
         if skipped:
             rows = s.named_arrow("list_skipped", [job_id, job_id, limit])
+            if job_id not in (None, "watch") and not rows.num_rows and not s.named("job_state", [job_id]):
+                raise click.ClickException(f"no job {job_id!r} in the store (see `otel-replay jobs`)")
         else:
             rows = s.named_arrow("list_jobs", [limit])
     print_rows(rows, as_json=as_json, as_csv=as_csv, title="skipped traces" if skipped else "attribution jobs")
