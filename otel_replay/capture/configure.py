@@ -178,11 +178,12 @@ def _zero_code() -> ReplayProcessor | None:
         provider = _global_tracer_provider()
         processor = _new_processor(options)
         _capture = _Capture(processor, _resolved(options, processor), want_logs, BY_EXPORTER)
-        if not callable(getattr(provider, "add_span_processor", None)):
+        add_span_processor = getattr(provider, "add_span_processor", None)
+        if not callable(add_span_processor):
             logger.info("otel-replay: no SDK TracerProvider is set yet; spans reach capture through the "
                         "exporter's BatchSpanProcessor")
             return processor
-        provider.add_span_processor(processor)
+        add_span_processor(processor)
         if want_logs:
             _attach_logs(_capture, create=False)  # the configurator sets the LoggerProvider after this
         return None
@@ -276,7 +277,7 @@ def _drop_batch_processor(exporter: ReplayExporter) -> None:
     """
     from opentelemetry import trace
 
-    multi = getattr(trace.get_tracer_provider(), "_active_span_processor", None)
+    multi: Any = getattr(trace.get_tracer_provider(), "_active_span_processor", None)
     lock = getattr(multi, "_lock", None)
     if lock is None or not isinstance(getattr(multi, "_span_processors", None), tuple):
         return

@@ -380,12 +380,13 @@ class _OtlpGrpcHandler(grpc.GenericRpcHandler):
 
     def __init__(self, receiver: OtlpReceiver) -> None:
         self.receiver = receiver
-        self._refuse = grpc.stream_unary_rpc_method_handler(_unauthenticated)  # never reads the stream
-        self._export = {signal: grpc.unary_unary_rpc_method_handler(
+        # never reads the stream
+        self._refuse: grpc.RpcMethodHandler[Any, Any] = grpc.stream_unary_rpc_method_handler(_unauthenticated)
+        self._export: dict[str, grpc.RpcMethodHandler[Any, Any]] = {signal: grpc.unary_unary_rpc_method_handler(
             functools.partial(_grpc_export, receiver, signal), response_serializer=_serialize)
             for signal in (TRACES, LOGS)}
 
-    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any] | None:
         signal = GRPC_METHODS.get(handler_call_details.method)
         if signal is None:
             return None
@@ -412,7 +413,7 @@ def _grpc_export(receiver: OtlpReceiver, signal: str, body: bytes, context: grpc
     except RequestError as exc:
         if exc.retry:
             info = RetryInfo()
-            info.retry_delay.seconds = getattr(exc, "retry_after", RETRY_AFTER_S)
+            info.retry_delay.seconds = RETRY_AFTER_S if exc.retry_after is None else exc.retry_after
             context.set_trailing_metadata((("google.rpc.retryinfo-bin", info.SerializeToString()),))
         context.abort(exc.code, exc.message)
 

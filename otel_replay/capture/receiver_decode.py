@@ -9,13 +9,19 @@ read record by record (`otlp_proto.read_request`), so only that record is lost, 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import orjson
 from google.protobuf.message import Message
-from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceResponse
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
 
 from otel_replay.normalize.records import TracePart
 from otel_replay.normalize.sources.errors import SourceError
@@ -40,9 +46,11 @@ STORE_RETRY_AFTER_S = 5  # a store that failed a write is retried every flush in
 class RequestError(Exception):
     """A request the receiver refuses, with its HTTP status and gRPC code."""
 
-    def __init__(self, status: int, code: grpc.StatusCode, message: str, retry: bool = False) -> None:
+    def __init__(self, status: int, code: grpc.StatusCode, message: str, retry: bool = False,
+                 retry_after: int | None = None) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.retry = status, code, message, retry
+        self.retry_after = retry_after  # seconds, when the refusal says when to come back
 
 
 class StoreUnwritable(RequestError):
@@ -51,9 +59,8 @@ class StoreUnwritable(RequestError):
     the writer would drop."""
 
     def __init__(self, reason: str) -> None:
-        self.retry_after = STORE_RETRY_AFTER_S
         super().__init__(503, grpc.StatusCode.UNAVAILABLE, f"the store cannot be written now ({reason}); nothing "
-                         f"of this request was kept; retry later", retry=True)
+                         f"of this request was kept; retry later", retry=True, retry_after=STORE_RETRY_AFTER_S)
 
     @staticmethod
     def check(store_error: object) -> None:
@@ -62,7 +69,7 @@ class StoreUnwritable(RequestError):
             raise StoreUnwritable(str(store_error).split(":", 1)[0])
 
 
-def decode_body(signal: str, body: bytes, json: bool, part: TracePart | None = None) -> tuple[list[Any], list[str]]:
+def decode_body(signal: str, body: bytes | memoryview, json: bool, part: TracePart | None = None) -> tuple[list[Any], list[str]]:
     """Records in an OTLP request body (those of `part`'s traces only, when given: a receiver
     worker's share), and one message per malformed record (skipped).
 
@@ -93,8 +100,11 @@ def records_from_proto(signal: str, request: Message, unreadable: Unreadable | N
     top, mid, leaf = _PROTO_LEVELS[signal]
     _check_count(signal, sum(len(getattr(m, leaf)) for o in getattr(request, top) for m in getattr(o, mid)))
     errors: list[tuple[str, str]] = []
-    decode = spans_from_proto if signal == TRACES else logs_from_proto
-    records = list(decode(request, errors, part, unreadable))
+    records: list[Any]
+    if signal == TRACES:
+        records = list(spans_from_proto(cast(ExportTraceServiceRequest, request), errors, part, unreadable))
+    else:
+        records = list(logs_from_proto(cast(ExportLogsServiceRequest, request), errors, part, unreadable))
     return records, [f"{path}: {reason}" for path, reason in errors]
 
 
@@ -110,15 +120,17 @@ def _dicts(value: Any) -> list[dict[str, Any]]:
 
 def export_response(signal: str, rejected: int, message: str) -> Message:
     """`Export*ServiceResponse`, with `partial_success` set when something was not kept."""
-    response = ExportTraceServiceResponse() if signal == TRACES else ExportLogsServiceResponse()
+    if signal == TRACES:
+        traces = ExportTraceServiceResponse()
+        if rejected or message:
+            traces.partial_success.rejected_spans = rejected
+            traces.partial_success.error_message = message
+        return traces
+    logs = ExportLogsServiceResponse()
     if rejected or message:
-        partial = response.partial_success
-        if signal == TRACES:
-            partial.rejected_spans = rejected
-        else:
-            partial.rejected_log_records = rejected
-        partial.error_message = message
-    return response
+        logs.partial_success.rejected_log_records = rejected
+        logs.partial_success.error_message = message
+    return logs
 
 
 def summary(errors: list[str], shown: int = 3) -> str:

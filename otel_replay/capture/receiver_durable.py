@@ -217,7 +217,8 @@ class DurableIngest:
 
     # -- maintenance -----------------------------------------------------------------------------
     def _lost(self) -> int:
-        return int(self.processor.stats.get("lost_store_unwritable") or 0)
+        lost = self.processor.stats.get("lost_store_unwritable")
+        return lost if isinstance(lost, int) else 0
 
     def _run(self) -> None:
         while not self._stop.wait(TICK_S):

@@ -117,7 +117,7 @@ class _OtlpHandler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         receiver = self.server.receiver
-        self.timeout = receiver.read_timeout_s  # every read and write on this connection
+        self.timeout = receiver.read_timeout_s  # type: ignore[misc]  # per connection: every read and write on it
         super().setup()
         self.rfile.close()  # reads go through the deadline reader instead
         self._reader = DeadlineReader(self.connection, receiver.read_timeout_s, receiver.request_timeout_s)
@@ -248,7 +248,7 @@ class _OtlpHandler(BaseHTTPRequestHandler):
                     unread = length > 0
             except (RequestError, OSError):
                 pass
-        headers = [("Retry-After", str(getattr(exc, "retry_after", RETRY_AFTER_S)))] if exc.retry else []
+        headers = [("Retry-After", str(RETRY_AFTER_S if exc.retry_after is None else exc.retry_after))] if exc.retry else []
         if exc.status == 401:
             headers.append(("WWW-Authenticate", "Bearer"))
         if exc.status == 405:
@@ -313,7 +313,7 @@ class _Held:
         self.size = 0
 
 
-def read_body(rfile: BinaryIO, length: int | None, limit: int,
+def read_body(rfile: io.BufferedIOBase | BinaryIO, length: int | None, limit: int,
               reserve: Callable[[int], None] | None = None) -> bytes:
     """The request body: `length` bytes, or chunked transfer coding when None; at most `limit`.
 
@@ -339,7 +339,7 @@ def _no_budget(size: int) -> None:
     return None
 
 
-def _read_chunked(rfile: BinaryIO, limit: int, reserve: Callable[[int], None]) -> bytes:
+def _read_chunked(rfile: io.BufferedIOBase | BinaryIO, limit: int, reserve: Callable[[int], None]) -> bytes:
     body = bytearray()
     while True:
         line = rfile.readline(1024)

@@ -66,10 +66,10 @@ class Throttled(RequestError):
     """A client over its request rate: 429 / RESOURCE_EXHAUSTED, told when to come back."""
 
     def __init__(self, client: str, rate: float, wait_s: float) -> None:
-        self.retry_after = max(1, math.ceil(wait_s))  # whole seconds, as Retry-After has them
+        retry_after = max(1, math.ceil(wait_s))  # whole seconds, as Retry-After has them
         super().__init__(429, grpc.StatusCode.RESOURCE_EXHAUSTED,
                          f"too many requests from {client}: the limit is {rate:g} per second "
-                         f"(--max-requests-per-s); retry in {self.retry_after} s", retry=True)
+                         f"(--max-requests-per-s); retry in {retry_after} s", retry=True, retry_after=retry_after)
 
 
 class Slot:

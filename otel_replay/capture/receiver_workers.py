@@ -148,7 +148,7 @@ def _receive(processor: ReplayProcessor, signal_name: str, body: bytes | memoryv
             refused = processor.accept_records(spans, logs) if records else 0
         return ("ok", len(records), refused, errors)
     except RequestError as exc:
-        return ("error", exc.status, exc.code.name, exc.message, exc.retry, getattr(exc, "retry_after", None))
+        return ("error", exc.status, exc.code.name, exc.message, exc.retry, exc.retry_after)
     except Exception as exc:  # noqa: BLE001 - a bug in a decoder must not end the worker
         return ("error", 500, "INTERNAL", f"internal error: {exc!r}", False, None)
 
@@ -301,10 +301,7 @@ def _combine(replies: list[tuple[Any, ...]]) -> Received:
     failed = [reply for reply in replies if reply[0] == "error"]
     if failed:  # a request-level error (not OTLP, too many records) is the same in every worker
         _, status, code, message, retry, retry_after = failed[0]
-        error = RequestError(status, grpc.StatusCode[code], message, retry=retry)
-        if retry_after is not None:
-            error.retry_after = retry_after  # read with getattr, as `Throttled` sets it
-        raise error
+        raise RequestError(status, grpc.StatusCode[code], message, retry=retry, retry_after=retry_after)
     received = Received()
     errors: set[str] = set()  # a bad resource is seen by every worker; report it once
     for _, records, refused, found in replies:

@@ -88,7 +88,7 @@ def from_message_events(logs: Sequence[LogEvent]) -> tuple[StepContent, list[str
     inputs: list[dict[str, Any]] = []
     outputs: list[dict[str, Any]] = []
     finish: list[str] = []
-    pending_call_ids: list[str] = []
+    pending_call_ids: list[str | None] = []
     for log in logs:
         body = log.body if isinstance(log.body, Mapping) else {"content": log.body}
         role = MESSAGE_EVENTS.get(log.event_name or "")

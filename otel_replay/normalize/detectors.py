@@ -299,10 +299,10 @@ def _run(scan: _Scan, text: str, hits: list[Hit]) -> None:
     else:
         found = []
         while at >= 0:
-            m = regex.match(text, at - back) if at >= back else None
-            if m is not None:
-                found.append(m)
-                at = m.end() + back - 1
+            match = regex.match(text, at - back) if at >= back else None
+            if match is not None:
+                found.append(match)
+                at = match.end() + back - 1
             at = text.find(anchor, at + 1)
     for m in found:
         hit = pick(text, m)

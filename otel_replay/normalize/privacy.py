@@ -152,7 +152,8 @@ class Privacy:
             if step.request_params:  # a policy that re-runs the step is given them: "input", as its messages
                 step.request_params, names = r._value(step.request_params, bound)
                 note("input", names)
-        item.attributes, names = r.attributes(item.attributes, bound)
+        attributes, names = r.attributes(item.attributes, bound)
+        item.attributes = attributes if isinstance(attributes, dict) else dict(attributes)
         note("attributes", names)
         span, names = self._span(span, bound, own)
         note("attributes", names)
@@ -284,8 +285,8 @@ def _fail_closed(item: NormalizedSpan, exc: Exception) -> NormalizedSpan:
         step.redacted = ["all:redaction-failed"]
     item.attributes = {}
     span = item.span
-    item.span = dataclasses.replace(span, status_message=None, resource={}, links=[],
-                                    **{field: _closed(getattr(span, field)) for field in _SPAN_TEXT},
+    closed: dict[str, Any] = {field: _closed(getattr(span, field)) for field in _SPAN_TEXT}
+    item.span = dataclasses.replace(span, status_message=None, resource={}, links=[], **closed,
                                     events=[SpanEvent(_closed(e.name) or "", e.time_ns, {}) for e in span.events])
     item.problems.append(f"redaction failed: {type(exc).__name__}: {exc}"[:200] + "; payloads and attributes dropped")
     return item

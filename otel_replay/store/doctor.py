@@ -135,7 +135,8 @@ def _statistics_damage(group: pq.RowGroupMetaData, schema: pq.ParquetSchema, tab
         if stats is None or name not in table.column_names:
             continue  # nested columns' leaves: their values are checked by decoding
         column = table.column(name)
-        if stats.has_null_count and stats.null_count != column.null_count:
+        counted = stats.has_null_count  # type: ignore[attr-defined]  # pyarrow 26 has it; its stubs do not
+        if counted and stats.null_count != column.null_count:
             return f"column {name!r}: the footer counts {stats.null_count} nulls, the values hold {column.null_count}"
         if stats.has_min_max and column.null_count < len(column):
             low, high = pc.min_max(column).values()

@@ -81,8 +81,8 @@ def split(spans: Sequence[SpanRecord], logs: Iterable[LogEvent], jobs: int) -> t
         owner[span.span_id] = part
     log_parts: list[list[LogEvent]] = [[] for _ in range(jobs)]
     for log in logs:
-        part = owner.get(log.span_id or "")
-        log_parts[partition_of(log.trace_id, jobs) if part is None else part].append(log)
+        known = owner.get(log.span_id or "")
+        log_parts[partition_of(log.trace_id, jobs) if known is None else known].append(log)
     return span_parts, log_parts
 
 

@@ -56,7 +56,7 @@ class CompactorLease:
             self._held = False
 
     def _lock_local(self) -> None:
-        if fcntl is None:
+        if fcntl is None or self.location.local is None:
             return
         directory = self.location.local / MANIFEST_DIR
         make_dirs(directory)

@@ -196,7 +196,7 @@ class StoreLocation:
         if self.local is not None:
             make_dirs(self.local)
 
-    def write(self, rel: str, produce: Callable[[IO[bytes]], None]) -> str | Path:
+    def write(self, rel: str, produce: Callable[[IO[bytes]], object]) -> str | Path:
         """Write a file atomically under its final name; `produce` writes the bytes to a handle.
 
         Local: a temp name the read glob skips, fsync, `os.replace`. Object storage: one PUT of
@@ -306,7 +306,7 @@ def _is_segment(name: str) -> bool:
 
 
 def _local_segments(root: Path, table: str) -> list[Segment]:
-    out = []
+    out: list[Segment] = []
     try:
         days = [e for e in os.scandir(root / table) if e.name.startswith("day=") and e.is_dir()]
     except FileNotFoundError:
@@ -337,7 +337,7 @@ def make_dirs(directory: Path) -> None:
             raise
 
 
-def _write_local(final: Path, produce: Callable[[IO[bytes]], None]) -> Path:
+def _write_local(final: Path, produce: Callable[[IO[bytes]], object]) -> Path:
     make_dirs(final.parent)
     temp = final.parent / f".{final.name}.tmp"
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)

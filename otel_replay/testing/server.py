@@ -89,6 +89,7 @@ class SimulatedModelServer:
 
     def __init__(self, model: SimulatedModel, host: str = "127.0.0.1", port: int = 0, latency_s: float = 0.0) -> None:
         self.model = model
+        self._host = host
         self._server = _Server((host, port), model, latency_s)
         # a short poll: stop() waits for the loop to notice (the default 0.5 s added that to every use)
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="simulated-model",
@@ -96,8 +97,7 @@ class SimulatedModelServer:
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{self._host}:{self._server.server_port}/v1"
 
     def start(self) -> SimulatedModelServer:
         self._thread.start()

@@ -26,14 +26,22 @@ REQUEST_PARAM_KEYS = {
 class Convention(Protocol):
     """Turns one span (and the log events joined to it) into a canonical step."""
 
-    name: str
+    # Read-only properties, so an adapter's class attributes may be narrower (a frozenset, not None).
+    @property
+    def name(self) -> str: ...
+
     # `matches` is False for a span that carries none of `marker_keys` and whose scope is not
     # `marker_scope`, so `pipeline.adapter_for` rules such spans out without a call
     # (`marker_keys` None: no such promise).
-    marker_keys: frozenset[str] | None
-    marker_scope: str | None
+    @property
+    def marker_keys(self) -> frozenset[str] | None: ...
+
+    @property
+    def marker_scope(self) -> str | None: ...
+
     # When `is_payload_key(key)` is exactly `key in payload_keys`, those keys (else None).
-    payload_keys: frozenset[str] | None
+    @property
+    def payload_keys(self) -> frozenset[str] | None: ...
 
     def matches(self, span: SpanRecord) -> bool: ...
 

@@ -345,13 +345,15 @@ _PLACE = re.compile(r"(?::|\[)(\d+)")
 
 def _read_otlp_proto(path: Path, data: bytes, batch: SourceBatch) -> None:
     """A trace request, else a logs request; per-record errors are skipped, not fatal."""
-    attempts = ((otlp_proto.parse_traces, otlp_proto.spans_from_proto, batch.spans),
-                (otlp_proto.parse_logs, otlp_proto.logs_from_proto, batch.logs))
+    Errors = list[tuple[str, str]]
+    attempts: tuple[tuple[Callable[[Errors], list[Any]], list[Any]], ...] = (
+        (lambda errors: list(otlp_proto.spans_from_proto(otlp_proto.parse_traces(data), errors)), batch.spans),
+        (lambda errors: list(otlp_proto.logs_from_proto(otlp_proto.parse_logs(data), errors)), batch.logs))
     first_error = ""
-    for parse, decode, out in attempts:
-        errors: list[tuple[str, str]] = []
+    for decode, out in attempts:
+        errors: Errors = []
         try:
-            records = list(decode(parse(data), errors))
+            records = decode(errors)
         except SourceError as exc:
             first_error = first_error or exc.problem
             continue

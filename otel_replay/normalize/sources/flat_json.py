@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from otel_replay.normalize.records import LogEvent, SpanEvent, SpanRecord
 from otel_replay.normalize.sources.checks import check_log, check_span
@@ -11,6 +11,8 @@ from otel_replay.normalize.sources.errors import BadRecord, SourceError, guarded
 from otel_replay.normalize.sources.ids import hex_id, optional_hex_id
 from otel_replay.normalize.sources.shapes import mapping, optional_text, sequence, text
 from otel_replay.normalize.sources.times import unix_ns
+
+R = TypeVar("R")
 
 
 def _event(event: Any, i: int) -> SpanEvent:
@@ -65,14 +67,18 @@ def read_flat(doc: Mapping[str, Any], errors: list[SourceError] | None = None
         raise BadRecord(f"not a span dump: expected an object with 'spans', got {type(doc).__name__}")
     with reading():
         spans_in, logs_in = sequence(doc.get("spans"), "spans"), sequence(doc.get("logs"), "logs")
-    spans: list[SpanRecord] = []
-    logs: list[LogEvent] = []
-    for key, items, convert, out in (("spans", spans_in, span_from_flat, spans), ("logs", logs_in, log_from_flat, logs)):
-        for i, item in enumerate(items):
-            try:
-                out.append(convert(item))
-            except SourceError as exc:
-                if errors is None:
-                    raise exc.located(record=f"{key}[{i}]") from None
-                errors.append(exc.located(record=f"{key}[{i}]"))
-    return spans, logs
+    return (_convert_all("spans", spans_in, span_from_flat, errors),
+            _convert_all("logs", logs_in, log_from_flat, errors))
+
+
+def _convert_all(key: str, items: Sequence[Any], convert: Callable[[Any], R],
+                 errors: list[SourceError] | None) -> list[R]:
+    out: list[R] = []
+    for i, item in enumerate(items):
+        try:
+            out.append(convert(item))
+        except SourceError as exc:
+            if errors is None:
+                raise exc.located(record=f"{key}[{i}]") from None
+            errors.append(exc.located(record=f"{key}[{i}]"))
+    return out

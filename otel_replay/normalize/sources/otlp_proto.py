@@ -56,7 +56,7 @@ def key_values(items: Any, field: str = "attributes") -> dict[str, Any]:
     return out
 
 
-def _parse(request: Any, data: bytes, what: str) -> Any:
+def _parse(request: Any, data: bytes | memoryview, what: str) -> Any:
     try:
         request.ParseFromString(data)
     except (DecodeError, RecursionError, ValueError, TypeError) as exc:
@@ -64,11 +64,11 @@ def _parse(request: Any, data: bytes, what: str) -> Any:
     return request
 
 
-def parse_traces(data: bytes) -> ExportTraceServiceRequest:
+def parse_traces(data: bytes | memoryview) -> ExportTraceServiceRequest:
     return _parse(ExportTraceServiceRequest(), data, "trace")
 
 
-def parse_logs(data: bytes) -> ExportLogsServiceRequest:
+def parse_logs(data: bytes | memoryview) -> ExportLogsServiceRequest:
     return _parse(ExportLogsServiceRequest(), data, "logs")
 
 

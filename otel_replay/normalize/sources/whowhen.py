@@ -50,7 +50,8 @@ def spans_from_log(doc: Any, subset: str, name: str) -> list[SpanRecord]:
     trace_id = xxhash.xxh3_128_hexdigest(key.encode("utf-8", "surrogatepass"))
     root_id = xxhash.xxh3_64_hexdigest(key.encode("utf-8", "surrogatepass"))
     history = [h for h in doc["history"] if isinstance(h, Mapping)]
-    prompts = doc.get("system_prompt") if isinstance(doc.get("system_prompt"), Mapping) else {}
+    system_prompt = doc.get("system_prompt")
+    prompts: Mapping[str, Any] = system_prompt if isinstance(system_prompt, Mapping) else {}
     root_attrs: dict[str, Any] = {"gen_ai.operation.name": "invoke_workflow", "gen_ai.agent.name": f"whowhen {subset}",
                                   "whowhen.subset": subset, "whowhen.file": name}
     for label in LABELS:
