@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from otel_replay.trajectory import Step
@@ -26,7 +27,7 @@ def _part(part: dict[str, Any]) -> str:
     return f"[{kind}]"
 
 
-def message_preview(message: dict[str, Any]) -> str:
+def message_preview(message: Mapping[str, Any]) -> str:
     return " ".join(_part(p) for p in message.get("parts", []))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from otel_replay.normalize.message_types import Message
 from otel_replay.normalize.messages import (
     canonical_messages,
     canonical_system,
@@ -85,8 +86,8 @@ def _choice_message(body: Mapping[str, Any]) -> dict[str, Any]:
 
 def from_message_events(logs: Sequence[LogEvent]) -> tuple[StepContent, list[str]] | None:
     """Content from semconv 1.30 per-message events, in emission order."""
-    inputs: list[dict[str, Any]] = []
-    outputs: list[dict[str, Any]] = []
+    inputs: list[Message] = []
+    outputs: list[Message] = []
     finish: list[str] = []
     pending_call_ids: list[str | None] = []
     for log in logs:

@@ -5,7 +5,9 @@ same whichever instrumentation recorded it. Canonical form: keys sorted, no null
 `finish_reason` kept on the step rather than the message (so an answer and the same message
 resent in a later history share one hash), tool-call arguments parsed from JSON when they are
 JSON, empty text parts beside other parts dropped, and a tool result recorded as one text block
-stored as that block's text (the string that was sent).
+stored as that block's text (the string that was sent). The shape is typed once, in
+`normalize.message_types` (`Message`, `MessagePart`); `check_message` checks a value against it.
+Parts of a kind the model does not know, and fields a producer added, pass through unchanged.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from typing import Any
 import orjson
 import xxhash
 
-Message = dict[str, Any]
-Part = dict[str, Any]
+from otel_replay.normalize.message_types import Message, MessagePart, ToolCallRequestPart
+
+Part = MessagePart  # the name this module's callers used before the typed model
 
 
 def canonical_bytes(value: Any) -> bytes:
@@ -69,7 +72,9 @@ def parse_json(value: Any) -> Any:
     return value
 
 
-def _drop_nulls(mapping: Mapping[str, Any]) -> dict[str, Any]:
+def _drop_nulls(mapping: Mapping[str, Any]) -> Any:
+    """A copy of `mapping` without its null values (typed `Any`: a part or a tool definition,
+    as the caller built it)."""
     return {k: v for k, v in mapping.items() if v is not None}
 
 
@@ -92,7 +97,7 @@ def canonical_part(part: Any, owned: bool = False) -> Part:
     so it is changed in place instead of copied (the capture writer's common case)."""
     if not isinstance(part, dict):
         return {"type": "text", "content": "" if part is None else str(part)}
-    out = part if owned and None not in part.values() else _drop_nulls(part)
+    out: Any = part if owned and None not in part.values() else _drop_nulls(part)
     ptype = out.get("type")
     if ptype == "text":
         if "content" not in out and "text" in out:
@@ -215,7 +220,7 @@ def _openai_content_parts(content: Any) -> list[Part]:
     if isinstance(content, str):
         return [{"type": "text", "content": content}]
     if isinstance(content, list):
-        parts: list[Part] = []
+        parts: list[Any] = []
         for item in content:
             if isinstance(item, dict) and item.get("type") == "text":
                 parts.append({"type": "text", "content": item.get("text", "")})
@@ -229,7 +234,7 @@ def _openai_content_parts(content: Any) -> list[Part]:
 
 def openai_tool_call_part(call: Mapping[str, Any]) -> Part:
     function = call.get("function") or {}
-    part: Part = {
+    part = {
         "type": "tool_call",
         "id": call.get("id"),
         "name": function.get("name", call.get("name")),
@@ -242,7 +247,7 @@ def from_openai_message(message: Mapping[str, Any]) -> Message:
     """An OpenAI chat-completions wire message as a canonical message."""
     role = str(message.get("role") or "user")
     if role == "tool":
-        part: Part = {
+        part = {
             "type": "tool_call_response",
             "id": message.get("tool_call_id") or message.get("id"),
             "response": tool_response(message.get("content")),
@@ -271,7 +276,7 @@ def canonical_tool_definitions(tools: Any) -> list[dict[str, Any]]:
         tool = parse_json(tool)
         if not isinstance(tool, dict):
             continue
-        inner = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+        inner: dict[str, Any] = tool["function"] if isinstance(tool.get("function"), dict) else tool
         params = inner.get("parameters", inner.get("input_schema"))
         out.append(
             _drop_nulls(
@@ -308,10 +313,12 @@ def message_text(message: Mapping[str, Any]) -> str:
     )
 
 
-def tool_calls(messages: Iterable[Mapping[str, Any]]) -> list[Part]:
-    return [
+def tool_calls(messages: Iterable[Mapping[str, Any]]) -> list[ToolCallRequestPart]:
+    """The tool-call parts of `messages`, in order."""
+    calls: list[Any] = [
         p
         for m in messages
         for p in m.get("parts", [])
         if isinstance(p, dict) and p.get("type") == "tool_call"
     ]
+    return calls

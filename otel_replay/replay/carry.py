@@ -8,9 +8,10 @@ answers the call, and a sub-agent's new answer reaches the tool result of the pa
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from otel_replay.normalize.message_types import ToolCallRequestPart
 from otel_replay.replay.delegation import answer_text, rederived_result
 from otel_replay.replay.outputs import Calls, Output, tool_output
 from otel_replay.replay.run import Message, StepOutcome
@@ -57,9 +58,10 @@ class Carrying:
                 answers = any(p.get("type") == "tool_call_response" and p.get("id") in results
                               for p in message.get("parts", []))
             if answers:
-                kept = []
-                for part in message.get("parts", []):
-                    live = results.get(part.get("id")) if part.get("type") == "tool_call_response" else None
+                kept: list[Any] = []
+                parts: Sequence[Mapping[str, Any]] = message.get("parts", [])  # any kind: responses are read
+                for part in parts:
+                    live = results.get(part["id"]) if part.get("type") == "tool_call_response" and "id" in part else None
                     if live is None:
                         kept.append(part)
                     elif live is not REMOVED:
@@ -71,7 +73,7 @@ class Carrying:
             out.append(message)
         return out
 
-    def _live_call(self, step: Step, calls: Calls | None = None) -> dict[str, Any] | None:
+    def _live_call(self, step: Step, calls: Calls | None = None) -> ToolCallRequestPart | None:
         """The live tool call a recorded tool step answers (by call id, else by name and order);
         `calls`: its llm step's live calls, when not yet in `live`."""
         source = self.prep.source_of.get(step.index)  # type: ignore[arg-type]  # a step of Trajectory.steps: its index is never None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from otel_replay.normalize.message_types import ToolCallRequestPart
 from otel_replay.replay.delegation import delegated_answers
 from otel_replay.replay.outputs import Calls, Output, output_of, recorded_arguments, recorded_result
 from otel_replay.replay.plan import Intervention, ReplayPlan
@@ -87,7 +88,7 @@ class Prepared:
         self.known_keys: dict[int, tuple[Any, str]] = {}  # id(recorded tool arguments) -> (arguments, key)
         self.bound: dict[int, list[Step]] = {}  # llm step -> the tool steps answering its calls, in order
         self.earlier: dict[int | None, int] = {}  # bound tool step -> earlier steps of its name bound alike
-        self.own_call: dict[int | None, dict[str, Any]] = {}  # unbound tool step -> its recorded call
+        self.own_call: dict[int | None, ToolCallRequestPart] = {}  # unbound tool step -> its recorded call
         self.templates: dict[str, Step] = {}  # tool name -> the first tool step of that name
         outputs: dict[int, Output] = {}  # id(recorded outputs) -> Output (the cassette shares them)
         for step in trajectory.steps:
@@ -117,7 +118,12 @@ class Prepared:
             if source is not None:
                 self.bound.setdefault(source, []).append(step)
             elif tool_like:
-                self.own_call[step.index] = {"id": step.tool_call_id, "name": step.tool_name, "arguments": payload}
+                call: ToolCallRequestPart = {"type": "tool_call", "name": step.tool_name or step.name}
+                if step.tool_call_id is not None:
+                    call["id"] = step.tool_call_id
+                if payload is not None:
+                    call["arguments"] = payload
+                self.own_call[step.index] = call
         for tools in self.bound.values():
             for step in tools:
                 self.earlier[step.index] = sum(1 for s in tools if s.tool_name == step.tool_name

@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from otel_replay.normalize.message_types import MessagePart
 from otel_replay.normalize.messages import canonical_bytes
 from otel_replay.replay import policies as policy_registry
 from otel_replay.replay.carry import Carrying
@@ -56,7 +57,7 @@ class LLMInputs:
     builds a fresh one per call, so changing it changes nothing)."""
 
     messages: list[Message]
-    system: list[dict[str, Any]] = field(default_factory=list)
+    system: list[MessagePart] = field(default_factory=list)
     tools: list[dict[str, Any]] = field(default_factory=list)
     params: dict[str, Any] = field(default_factory=dict)
     model: str | None = None
@@ -315,7 +316,7 @@ class Replayer(Carrying, Looping):
             return
         call_id = call.get("id")
         arguments = call.get("arguments")
-        inputs = ({"role": "assistant", "parts": [call]},)
+        inputs: tuple[Message, ...] = ({"role": "assistant", "parts": [call]},)
         intervention = self.actions[index]
         action = intervention.action
         held = None
@@ -349,7 +350,7 @@ class Replayer(Carrying, Looping):
             for digest in step.output_hashes:
                 self.subst[digest] = replacement
             if step.tool_call_id is not None:
-                self.results[step.tool_call_id] = (call_id, message["parts"][0]["response"])
+                self.results[step.tool_call_id] = (call_id, message["parts"][0].get("response"))
 
 
 def replay(trajectory: Trajectory, plan: ReplayPlan | None = None, seed: int = 0, *,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import xxhash
@@ -67,7 +68,7 @@ def fork_spans(parent: Trajectory, run: ReplayRun, fork_step: int | None) -> lis
                 attrs["gen_ai.tool.definitions"] = json.dumps(list(template.tools))
             name = f"chat {model}" if model else "chat"
         else:
-            call: dict[str, Any] = next((p for m in outcome.inputs for p in m.get("parts", []) if p.get("type") == "tool_call"), {})
+            call: Mapping[str, Any] = next((p for m in outcome.inputs for p in m.get("parts", []) if p.get("type") == "tool_call"), {})
             result = next((p.get("response") for m in outcome.outputs for p in m.get("parts", [])
                            if p.get("type") == "tool_call_response"), None)
             attrs |= {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": outcome.name}

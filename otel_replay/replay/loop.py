@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from otel_replay.normalize.message_types import ToolCallRequestPart
 from otel_replay.replay.outputs import Calls, Output, tool_output
 from otel_replay.replay.plan import ReplayPlan
 from otel_replay.replay.run import Message, StepOutcome
@@ -31,7 +32,7 @@ class Looping:
     live: dict[int, Output]
     live_in: dict[int, tuple[Message, ...]]
     outcomes: list[StepOutcome]
-    _live_call: Callable[..., dict[str, Any] | None]
+    _live_call: Callable[..., ToolCallRequestPart | None]
     _policy: Callable[[str, Step], Any]
     _call_tool: Callable[[Any, Step, Any, int | str], Any]
     _call_llm: Callable[[Any, Step, Any, int | str], Output]
@@ -52,7 +53,7 @@ class Looping:
             results.append(self._run_tool_call(step, call, f"{step.index}.{n}"))
         return results
 
-    def _run_tool_call(self, after: Step, call: dict[str, Any], position: str) -> Message:
+    def _run_tool_call(self, after: Step, call: ToolCallRequestPart, position: str) -> Message:
         name = str(call.get("name"))
         template = self.prep.templates.get(name)
         probe = template or Step(index=None, span_id="", parent_span_id=None, kind="tool", operation="execute_tool",

@@ -15,11 +15,13 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from otel_replay.normalize.message_types import ToolCallRequestPart, ToolCallResponsePart
 from otel_replay.normalize.messages import canonical_messages, message_text
+from otel_replay.normalize.messages import tool_calls as tool_call_parts
 from otel_replay.replay.run import Message, outputs_hash
 from otel_replay.trajectory import Step
 
-Calls = tuple[dict[str, Any], ...]
+Calls = tuple[ToolCallRequestPart, ...]
 
 
 class Output(NamedTuple):
@@ -44,8 +46,7 @@ _tool_bytes = 0
 
 def tool_calls(messages: Iterable[Message]) -> Calls:
     """The tool-call parts of `messages`, in order."""
-    return tuple(p for m in messages for p in m.get("parts", ())
-                 if isinstance(p, dict) and p.get("type") == "tool_call")
+    return tuple(tool_call_parts(messages))
 
 
 def output_of(messages: tuple[Message, ...]) -> Output:
@@ -118,7 +119,7 @@ def tool_output(call_id: Any, result: Any) -> tuple[Message, str]:
 
 def tool_message(call_id: Any, result: Any) -> Message:
     response = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
-    part: dict[str, Any] = {"type": "tool_call_response", "response": response}
+    part: ToolCallResponsePart = {"type": "tool_call_response", "response": response}
     if call_id is not None:
         part["id"] = call_id
     return {"role": "tool", "parts": [part]}

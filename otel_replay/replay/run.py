@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from otel_replay.normalize.message_types import Message as Message  # re-exported
 from otel_replay.normalize.messages import canonical_bytes, content_hash
-
-Message = dict[str, Any]
 
 
 @dataclass(slots=True)
@@ -92,5 +92,6 @@ def message_hash(message: Message) -> str:
     return content_hash(canonical_bytes(message))
 
 
-def outputs_hash(messages: tuple[Message, ...] | list[Message]) -> str:
+def outputs_hash(messages: Sequence[Mapping[str, Any]]) -> str:
+    """Hash of a list of messages (or of the other JSON objects a cassette key is made of)."""
     return content_hash(canonical_bytes(list(messages)))

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from otel_replay.normalize.message_types import ToolCallRequestPart
+from otel_replay.normalize.messages import tool_calls
 from otel_replay.trajectory.model import Edge, Step
 
 
@@ -22,8 +24,8 @@ def _response_ids(step: Step) -> set[str]:
     }
 
 
-def _calls(step: Step) -> list[dict]:
-    return [p for m in step.outputs for p in m.get("parts", []) if p.get("type") == "tool_call"]
+def _calls(step: Step) -> list[ToolCallRequestPart]:
+    return tool_calls(step.outputs)
 
 
 def _tool_arguments(step: Step) -> object:

@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from otel_replay.normalize.message_types import Message, MessagePart
 from otel_replay.normalize.messages import message_text
-
-Message = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +24,7 @@ class Step:
     end_ns: int | None
     inputs: tuple[Message, ...] = ()
     outputs: tuple[Message, ...] = ()
-    system: tuple[dict[str, Any], ...] = ()
+    system: tuple[MessagePart, ...] = ()  # system instructions, as parts
     tools: tuple[dict[str, Any], ...] = ()
     input_hashes: tuple[str, ...] = ()
     output_hashes: tuple[str, ...] = ()

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from otel_replay.normalize import content as carriers
 from otel_replay.normalize.conventions.base import as_str, base_step, first, step_name
+from otel_replay.normalize.message_types import ToolCallRequestPart, ToolCallResponsePart
 from otel_replay.normalize.messages import parse_json
 from otel_replay.normalize.records import LogEvent, SpanRecord
 from otel_replay.normalize.step import NormalizedStep, StepContent, kind_of_operation
@@ -82,12 +83,12 @@ def tool_content(call_id: str | None, tool: str, arguments: object, result: obje
     """A tool step's input (the call, as the model made it) and output (the tool message)."""
     content = StepContent()
     if arguments is not None:
-        call = {"type": "tool_call", "name": tool, "arguments": parse_json(arguments)}
+        call: ToolCallRequestPart = {"type": "tool_call", "name": tool, "arguments": parse_json(arguments)}
         if call_id is not None:
             call["id"] = call_id
         content.inputs = [{"role": "assistant", "parts": [call]}]
     if result is not None:
-        response = {"type": "tool_call_response", "response": result}
+        response: ToolCallResponsePart = {"type": "tool_call_response", "response": result}
         if call_id is not None:
             response["id"] = call_id
         content.outputs = [{"role": "tool", "parts": [response]}]

@@ -7,6 +7,7 @@ from typing import Any
 
 from otel_replay.normalize.conventions.base import as_int, as_str, base_step, step_name
 from otel_replay.normalize.conventions.genai import tool_content
+from otel_replay.normalize.message_types import Message
 from otel_replay.normalize.messages import canonical_message, from_openai_message, parse_json
 from otel_replay.normalize.records import LogEvent, SpanRecord
 from otel_replay.normalize.step import NormalizedStep, StepContent
@@ -22,7 +23,7 @@ def _metadata(attrs: Mapping[str, Any], key: str) -> Any:
     return parse_json(attrs.get(f"langfuse.observation.metadata.{key}"))
 
 
-def _messages(value: Any) -> list[dict[str, Any]]:
+def _messages(value: Any) -> list[Message]:
     if isinstance(value, Mapping) and isinstance(value.get("messages"), list):
         value = value["messages"]
     if isinstance(value, Mapping):

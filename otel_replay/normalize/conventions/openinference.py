@@ -7,12 +7,13 @@ those are preferred, the indexed ones fill in otherwise.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from otel_replay.normalize import content as carriers
 from otel_replay.normalize.conventions.base import as_str, base_step, first, step_name
 from otel_replay.normalize.conventions.genai import tool_content
 from otel_replay.normalize.conventions.indexed import unflatten
+from otel_replay.normalize.message_types import Message, ToolCallResponsePart
 from otel_replay.normalize.messages import (
     canonical_tool_definitions,
     from_openai_message,
@@ -45,7 +46,7 @@ def _wire(entry: Any) -> dict[str, Any]:
     return message
 
 
-def _exact_tool_results(messages: list[dict[str, Any]], wire: list[dict[str, Any]]) -> None:
+def _exact_tool_results(messages: list[Message], wire: list[Message]) -> None:
     """Put back the tool result string that was sent where the GenAI attributes hold it parsed.
 
     With `OPENINFERENCE_ENABLE_GENAI_SEMCONV=true`, `gen_ai.input.messages` carries a JSON tool
@@ -54,10 +55,10 @@ def _exact_tool_results(messages: list[dict[str, Any]], wire: list[dict[str, Any
     canonical ones are memoized and shared across spans (a change would reach a message that
     redaction already proved clean in another span, and store a secret unredacted).
     """
-    def responses(msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def responses(msgs: list[Message]) -> list[Mapping[str, Any]]:
         return [p for m in msgs for p in m.get("parts", []) if p.get("type") == "tool_call_response"]
 
-    def parsed(part: dict[str, Any]) -> bool:
+    def parsed(part: Mapping[str, Any]) -> TypeGuard[ToolCallResponsePart]:
         return part.get("type") == "tool_call_response" and not isinstance(part.get("response"), str) \
             and part.get("id") in sent
 

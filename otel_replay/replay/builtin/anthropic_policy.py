@@ -6,6 +6,7 @@ import os
 import random
 from typing import Any
 
+from otel_replay.normalize.message_types import Message, is_text
 from otel_replay.normalize.messages import canonical_tool_definitions
 from otel_replay.replay.builtin.wire import anthropic_tools, from_anthropic_content, to_anthropic
 from otel_replay.replay.engine import LLMInputs, report_tokens
@@ -18,7 +19,7 @@ def anthropic_policy(base_url: str | None = None, api_key: str | None = None, mo
     """An llm policy that sends the live request to the Anthropic Messages API."""
     state: dict[str, Any] = {"client": client}
 
-    def chat(step: Step, inputs: LLMInputs, rng: random.Random) -> list[dict[str, Any]]:
+    def chat(step: Step, inputs: LLMInputs, rng: random.Random) -> list[Message]:
         if state["client"] is None:
             try:
                 import anthropic
@@ -26,7 +27,7 @@ def anthropic_policy(base_url: str | None = None, api_key: str | None = None, mo
                 raise RuntimeError("the Anthropic policy needs the anthropic SDK: pip install 'otel-replay[anthropic]'") from exc
             state["client"] = anthropic.Anthropic(base_url=base_url, api_key=api_key or os.environ.get("ANTHROPIC_API_KEY"))
         system_from_messages, messages = to_anthropic(inputs.messages)
-        system = "\n".join(p.get("content", "") for p in inputs.system if p.get("type") == "text") or system_from_messages
+        system = "\n".join(p.get("content", "") for p in inputs.system if is_text(p)) or system_from_messages
         request: dict[str, Any] = {"model": model or inputs.model or step.model or "claude-sonnet-4-5",
                                    "max_tokens": int(inputs.params.get("max_tokens") or 1024), "messages": messages}
         if system:

@@ -6,6 +6,7 @@ import os
 import random
 from typing import Any
 
+from otel_replay.normalize.message_types import Message
 from otel_replay.normalize.messages import canonical_tool_definitions
 from otel_replay.replay.builtin.wire import from_openai_choice, openai_tools, to_openai
 from otel_replay.replay.engine import LLMInputs, report_tokens
@@ -20,7 +21,7 @@ def openai_policy(base_url: str | None = None, api_key: str | None = None, model
     """An llm policy that sends the live request to an OpenAI-compatible chat-completions endpoint."""
     state: dict[str, Any] = {"client": client}
 
-    def chat(step: Step, inputs: LLMInputs, rng: random.Random) -> list[dict[str, Any]]:
+    def chat(step: Step, inputs: LLMInputs, rng: random.Random) -> list[Message]:
         if state["client"] is None:
             try:
                 import openai

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from otel_replay.normalize.message_types import (
+    Message,
+    MessagePart,
+    ToolCallRequestPart,
+    is_text,
+    is_tool_call,
+    is_tool_call_response,
+)
 from otel_replay.normalize.messages import from_openai_message, message_text
 
-Message = dict[str, Any]
 
-
-def _text(parts: list[dict[str, Any]]) -> str:
+def _text(parts: Iterable[Mapping[str, Any]]) -> str:
     return "".join(str(p.get("content", "")) for p in parts if p.get("type") == "text")
 
 
@@ -18,19 +25,20 @@ def _response_text(response: Any) -> str:
     return response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
 
 
-def to_openai(messages: list[Message], system: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def to_openai(messages: list[Message], system: list[MessagePart] | None = None) -> list[dict[str, Any]]:
+    """The chat-completions `messages` for a canonical history (and system instructions)."""
     wire: list[dict[str, Any]] = []
     if system:
         wire.append({"role": "system", "content": _text(system)})
     for message in messages:
         parts = message.get("parts", [])
-        responses = [p for p in parts if p.get("type") == "tool_call_response"]
+        responses = [p for p in parts if is_tool_call_response(p)]
         if responses:  # one OpenAI tool message per result (Anthropic puts several in one user turn)
             wire += [{"role": "tool", "tool_call_id": p.get("id"), "content": _response_text(p.get("response"))}
                      for p in responses]
             continue
         item: dict[str, Any] = {"role": message.get("role", "user"), "content": _text(parts) or None}
-        calls = [p for p in parts if p.get("type") == "tool_call"]
+        calls = [p for p in parts if is_tool_call(p)]
         if calls:
             item["tool_calls"] = [{"id": c.get("id"), "type": "function", "function": {
                 "name": c.get("name"), "arguments": c["arguments"] if isinstance(c.get("arguments"), str)
@@ -61,15 +69,14 @@ def to_anthropic(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
         role = message.get("role")
         if role == "system":
             continue
-        blocks = []
+        blocks: list[dict[str, Any]] = []
         for part in message.get("parts", []):
-            kind = part.get("type")
-            if kind == "text" and part.get("content"):
+            if is_text(part) and part.get("content"):
                 blocks.append({"type": "text", "text": part["content"]})
-            elif kind == "tool_call":
+            elif is_tool_call(part):
                 blocks.append({"type": "tool_use", "id": part.get("id"), "name": part.get("name"),
                                "input": part.get("arguments") if isinstance(part.get("arguments"), dict) else {}})
-            elif kind == "tool_call_response":
+            elif is_tool_call_response(part):
                 blocks.append({"type": "tool_result", "tool_use_id": part.get("id"),
                                "content": _response_text(part.get("response"))})
         wire_role = "assistant" if role == "assistant" else "user"
@@ -86,13 +93,17 @@ def anthropic_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def from_anthropic_content(blocks: list[dict[str, Any]]) -> list[Message]:
-    parts = []
+    """A Messages API reply's content blocks as one canonical assistant message."""
+    parts: list[MessagePart] = []
     for block in blocks:
         if block.get("type") == "text":
             parts.append({"type": "text", "content": block.get("text", "")})
         elif block.get("type") == "tool_use":
-            parts.append({"type": "tool_call", "id": block.get("id"), "name": block.get("name"),
-                          "arguments": block.get("input") or {}})
+            call: ToolCallRequestPart = {"type": "tool_call", "name": str(block.get("name") or ""),
+                                         "arguments": block.get("input") or {}}
+            if block.get("id") is not None:
+                call["id"] = block["id"]
+            parts.append(call)
     return [{"role": "assistant", "parts": parts}]
 
 
