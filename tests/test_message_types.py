@@ -33,7 +33,9 @@ from otel_replay.normalize.messages import canonical_messages
 from otel_replay.normalize.pipeline import normalize_spans
 from otel_replay.normalize.records import SpanRecord
 from otel_replay.normalize.sources.files import read
+from otel_replay.replay import replay
 from otel_replay.store.ingest import ingest
+from otel_replay.trajectory import Step, Trajectory
 from tests.helpers import FIXTURES
 
 # --- every recorded convention --------------------------------------------------------------------
@@ -115,6 +117,28 @@ def test_fixture_messages_stay_valid_through_the_store(tmp_path: Path, path: Pat
             check_messages([{"role": "system", "parts": list(step.system)}] if step.system else [])
             checked += len(step.inputs) + len(step.outputs)
     assert checked > 0
+
+
+def test_rollout_messages_are_valid(tmp_path: Path) -> None:
+    path = FIXTURES / "langfuse" / "otlp" / "trace_wrong_answer.otlp.json"
+    ingest(tmp_path, read("auto", path).spans, source="test")
+    store = Store(tmp_path)
+    (trace_id,) = store.sql("select trace_id from traces").column("trace_id").to_pylist()
+    run = replay(store.trajectory(trace_id))  # every step held: served from the recording
+    assert run.ok and len(run.steps) >= 5
+    for outcome in run.steps:
+        check_messages([*outcome.inputs, *outcome.outputs])
+
+
+def test_an_unbound_tool_steps_call_is_a_tool_call_part() -> None:
+    """A tool step no recorded llm step called: the engine rebuilds its call from the step itself."""
+    call = {"type": "tool_call", "name": "lookup", "id": "c1", "arguments": {"q": "x"}}
+    step = Step(index=0, span_id="a" * 16, parent_span_id=None, kind="tool", operation="execute_tool", name="lookup",
+                status="ok", start_ns=1, end_ns=2, tool_name="lookup", tool_call_id="c1",
+                inputs=({"role": "assistant", "parts": [call]},),
+                outputs=({"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "response": "found"}]},))
+    (outcome,) = replay(Trajectory(trace_id="b" * 32, steps=(step,))).steps
+    assert check_messages(list(outcome.inputs)) == [{"role": "assistant", "parts": [call]}]
 
 
 # --- generated messages ---------------------------------------------------------------------------
