@@ -402,14 +402,16 @@ def _list(value: Any, field: str) -> list[Any]:
 @guarded
 def log_from_otlp(rec: Mapping[str, Any]) -> LogEvent:
     rec = mapping(rec, "logRecord")
+    attributes = key_values(rec.get("attributes") or [])
+    name = attributes.get("event.name")  # where SDKs before 1.35 put it (no eventName field)
     return check_log(LogEvent(
-        event_name=optional_text(rec.get("eventName"), "eventName"),
+        event_name=optional_text(rec.get("eventName"), "eventName") or (name if isinstance(name, str) else None),
         trace_id=optional_hex_id(rec.get("traceId"), 32, "traceId"),
         span_id=optional_hex_id(rec.get("spanId"), 16, "spanId"),
         time_ns=unix_ns(rec.get("timeUnixNano"), "timeUnixNano") or unix_ns(rec.get("observedTimeUnixNano"),
                                                                              "observedTimeUnixNano"),
         body=any_value(rec.get("body"), "body"),
-        attributes=key_values(rec.get("attributes") or []),
+        attributes=attributes,
     ))
 
 

@@ -209,14 +209,18 @@ def span_from_proto(span: Any, resource: dict[str, Any], scope: Any) -> SpanReco
 
 @guarded
 def log_from_proto(rec: Any) -> LogEvent:
+    attributes = key_values(rec.attributes)
+    # LogRecord.event_name is in opentelemetry-proto 1.35 and later (reading it on an older one
+    # raises); SDKs before 1.35 send the name as the `event.name` attribute
+    name = getattr(rec, "event_name", "") or attributes.get("event.name")
     return check_log(LogEvent(
-        event_name=rec.event_name or None,
+        event_name=name if name and isinstance(name, str) else None,
         trace_id=optional_hex_id(rec.trace_id, 32, "traceId"),
         span_id=optional_hex_id(rec.span_id, 16, "spanId"),
         time_ns=unix_ns(rec.time_unix_nano, "timeUnixNano") or unix_ns(rec.observed_time_unix_nano,
                                                                        "observedTimeUnixNano"),
         body=any_value(rec.body, 0, "body"),
-        attributes=key_values(rec.attributes),
+        attributes=attributes,
     ))
 
 
