@@ -240,7 +240,8 @@ def _check_part(part: object, path: str) -> None:
         raise InvalidMessage(path, f"a part must be an object, got {type(part).__name__}")
     kind = part.get("type")
     if not isinstance(kind, str) or not kind:
-        raise InvalidMessage(f"{path}.type", "missing" if kind is None else f"must be a non-empty string, got {kind!r}")
+        problem = f"must be a non-empty string, got {kind!r}" if "type" in part else "missing"
+        raise InvalidMessage(f"{path}.type", problem)
     for key, value in part.items():
         if not isinstance(key, str):
             raise InvalidMessage(path, f"key {key!r} is not a string")
@@ -256,9 +257,9 @@ def _check_part(part: object, path: str) -> None:
             raise InvalidMessage(f"{path}.{key}", f"must be {expected}, got {type(part[key]).__name__}")
     for key, value in part.items():
         if key != "type":
-            problem = _json_problem(value, f"{path}.{key}")
-            if problem is not None:
-                raise InvalidMessage(*problem)
+            bad = _json_problem(value, f"{path}.{key}")
+            if bad is not None:
+                raise InvalidMessage(*bad)
 
 
 def check_message(obj: object, path: str = "") -> Message:
@@ -269,22 +270,23 @@ def check_message(obj: object, path: str = "") -> Message:
     JSON. The error names the bad field from the message down, after `path` when given
     (`[3].parts[0].name`).
     """
-    here = path or ""
     if not isinstance(obj, Mapping):
-        raise InvalidMessage(here, f"a message must be an object, got {type(obj).__name__}")
+        raise InvalidMessage(path, f"a message must be an object, got {type(obj).__name__}")
     for key in obj:
         if key not in _MESSAGE_KEYS:
-            raise InvalidMessage(f"{here}.{key}" if here else str(key), "not a message key (role, parts, name)")
+            raise InvalidMessage(_join(path, str(key)), "not a message key (role, parts, name)")
     role = obj.get("role")
     if not isinstance(role, str) or not role:
-        raise InvalidMessage(_join(here, "role"), "missing" if role is None else f"must be a non-empty string, got {role!r}")
+        problem = f"must be a non-empty string, got {role!r}" if "role" in obj else "missing"
+        raise InvalidMessage(_join(path, "role"), problem)
     if "name" in obj and not isinstance(obj["name"], str):
-        raise InvalidMessage(_join(here, "name"), f"must be a string, got {type(obj['name']).__name__}")
+        raise InvalidMessage(_join(path, "name"), f"must be a string, got {type(obj['name']).__name__}")
     parts = obj.get("parts")
     if not isinstance(parts, list):
-        raise InvalidMessage(_join(here, "parts"), "missing" if parts is None else f"must be a list, got {type(parts).__name__}")
+        problem = f"must be a list, got {type(parts).__name__}" if "parts" in obj else "missing"
+        raise InvalidMessage(_join(path, "parts"), problem)
     for i, part in enumerate(parts):
-        _check_part(part, f"{_join(here, 'parts')}[{i}]")
+        _check_part(part, f"{_join(path, 'parts')}[{i}]")
     return cast(Message, obj)
 
 
