@@ -43,9 +43,9 @@ def _one_round(spans: Sequence[ReadableSpan], store: Path) -> dict[str, float]:
     for item in redacted:
         builder.add(batch, item, now)
     seconds["rows"], started = clock() - started, clock()
-    tables = [("message_rows", day_of(None), to_arrow(batch.messages, "message_rows", ordered=True))]
-    tables += [("span_rows", day, to_arrow(rows, "span_rows", ordered=True)) for day, rows in sorted(batch.spans.items())]
-    tables += [("step_rows", day, to_arrow(rows, "step_rows", ordered=True)) for day, rows in sorted(batch.steps.items())]
+    tables = [("message_rows", day_of(None), to_arrow(batch.message_rows, "message_rows"))]
+    tables += [("span_rows", day, to_arrow(rows, "span_rows")) for day, rows in sorted(batch.span_rows.items())]
+    tables += [("step_rows", day, to_arrow(rows, "step_rows")) for day, rows in sorted(batch.step_rows.items())]
     seconds["arrow"], started = clock() - started, clock()
     for table, day, data in tables:
         write_segment(store, table, day, data)

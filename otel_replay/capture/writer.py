@@ -91,7 +91,7 @@ def load_for_writing(root: StoreLocation | None = None) -> None:
 
             warm_up()
             _loaded_in = os.getpid()
-        if remote:
+        if remote and root is not None:
             _ = root.fs  # fsspec and the protocol's implementation, imported on first use
 
 
@@ -112,7 +112,8 @@ _REASONS = {
 def store_failure_reason(exc: BaseException) -> str:
     """A short, stable name for why a store write failed (one warning per reason)."""
     code = getattr(exc, "errno", None)
-    return _REASONS.get(code, f"{type(exc).__name__} (errno {code})" if code else type(exc).__name__)
+    known = _REASONS.get(code) if isinstance(code, int) else None
+    return known or (f"{type(exc).__name__} (errno {code})" if code else type(exc).__name__)
 
 
 class WarnOnce:

@@ -2,6 +2,10 @@
 
 Each payload is serialized once in canonical form; its hash is of exactly those bytes, and the
 same text is what `message_rows.body` stores.
+
+A row is a tuple of its values in the table's column order (`SPAN_COLUMNS`, `STEP_COLUMNS`,
+`MESSAGE_COLUMNS`, the order `schemas/store.sql` declares): cheaper to build than a dict, and the
+Arrow conversion cuts the columns out of a chunk of rows in one `zip`.
 """
 
 from __future__ import annotations
@@ -33,28 +37,56 @@ def valid_text(value: Any) -> Any:
     """Strings with lone surrogates (invalid UTF-8) replaced, recursively; the rare slow path."""
     if isinstance(value, str):
         return value.encode("utf-8", "replace").decode("utf-8")
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [valid_text(v) for v in value]
     if isinstance(value, dict):
         return {k: valid_text(v) for k, v in value.items()}
     return value
 
 
+SPAN_COLUMNS = ("trace_id", "span_id", "parent_span_id", "name", "span_kind", "start_ns", "end_ns", "status_code",
+                "status_message", "service_name", "scope_name", "scope_version", "attributes", "events", "links",
+                "resource", "source", "ingested_ns")
+STEP_COLUMNS = ("trace_id", "span_id", "parent_span_id", "kind", "operation", "name", "start_ns", "end_ns", "status",
+                "error_type", "error_message", "provider", "request_model", "response_model", "input_tokens",
+                "output_tokens", "agent_name", "conversation_id", "tool_name", "tool_call_id", "system_hash",
+                "tools_hash", "input_hashes", "output_hashes", "request_params", "finish_reasons", "has_payload",
+                "redacted", "convention", "service_name", "source", "ingested_ns")
+MESSAGE_COLUMNS = ("hash", "kind", "role", "body")
+COLUMNS = {"span_rows": SPAN_COLUMNS, "step_rows": STEP_COLUMNS, "message_rows": MESSAGE_COLUMNS}
+"""Each table's columns in the order its rows' values come (the DDL's order; a test holds them to it)."""
+
+Row = tuple[Any, ...]
+
+
 @dataclass(slots=True)
 class RowBatch:
-    """Rows for one flush, grouped by table and day."""
+    """Rows for one flush, grouped by table and day; each row a tuple in its table's `COLUMNS` order."""
 
-    spans: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    steps: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-    messages: list[dict[str, Any]] = field(default_factory=list)
+    span_rows: dict[str, list[Row]] = field(default_factory=dict)
+    step_rows: dict[str, list[Row]] = field(default_factory=dict)
+    message_rows: list[Row] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return sum(map(len, self.spans.values()))
+        return sum(map(len, self.span_rows.values()))
 
     def clear(self) -> None:
-        self.spans.clear()
-        self.steps.clear()
-        self.messages.clear()
+        self.span_rows.clear()
+        self.step_rows.clear()
+        self.message_rows.clear()
+
+    # Read-only views with the column names, for tests and tools (the writer takes the tuples).
+    @property
+    def spans(self) -> dict[str, list[dict[str, Any]]]:
+        return {day: [dict(zip(SPAN_COLUMNS, r, strict=True)) for r in rows] for day, rows in self.span_rows.items()}
+
+    @property
+    def steps(self) -> dict[str, list[dict[str, Any]]]:
+        return {day: [dict(zip(STEP_COLUMNS, r, strict=True)) for r in rows] for day, rows in self.step_rows.items()}
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return [dict(zip(MESSAGE_COLUMNS, r, strict=True)) for r in self.message_rows]
 
 
 class RowBuilder:
@@ -98,7 +130,7 @@ class RowBuilder:
             if len(self._known) >= self._max_known:
                 self._known.clear()
             self._known.add(digest)
-            batch.messages.append({"hash": digest, "kind": kind, "role": role, "body": data.decode("utf-8")})
+            batch.message_rows.append((digest, kind, role, data.decode("utf-8")))
         if not is_shared(value):
             return digest
         if len(self._by_identity) >= self._max_known or self._identity_bytes + len(data) > self._max_identity_bytes:
@@ -109,74 +141,46 @@ class RowBuilder:
         return digest
 
     def add(self, batch: RowBatch, item: NormalizedSpan, ingested_ns: int | None = None) -> None:
+        """Add the span's row, and its step's row and the payloads not stored before."""
         now = ingested_ns or time.time_ns()
         span = item.span
         day = day_of(span.start_ns)
-        batch.spans.setdefault(day, []).append(
-            {
-                "trace_id": span.trace_id,
-                "span_id": span.span_id,
-                "parent_span_id": span.parent_span_id,
-                "name": span.name,
-                "span_kind": span.kind,
-                "start_ns": span.start_ns,
-                "end_ns": span.end_ns,
-                "status_code": span.status_code,
-                "status_message": span.status_message,
-                "service_name": span.service_name,
-                "scope_name": span.scope_name,
-                "scope_version": span.scope_version,
-                "attributes": _json(item.attributes),
-                "events": _json([{"name": e.name, "time_ns": e.time_ns, "attributes": e.attributes}
-                                 for e in span.events]) if span.events else "[]",
-                "links": "[]" if span.links == [] else _json(span.links),
-                "resource": self._resource_json(span.resource),
-                "source": self.source,
-                "ingested_ns": now,
-            }
-        )
+        source = self.source
+        rows = batch.span_rows.get(day)
+        if rows is None:
+            rows = batch.span_rows[day] = []
+        rows.append((  # SPAN_COLUMNS
+            span.trace_id, span.span_id, span.parent_span_id, span.name, span.kind, span.start_ns, span.end_ns,
+            span.status_code, span.status_message, span.service_name, span.scope_name, span.scope_version,
+            _json(item.attributes),
+            _json([{"name": e.name, "time_ns": e.time_ns, "attributes": e.attributes}
+                   for e in span.events]) if span.events else "[]",
+            "[]" if span.links == [] else _json(span.links),
+            self._resource_json(span.resource), source, now,
+        ))
         step = item.step
         if step is None:
             return
         content = step.content
-        batch.steps.setdefault(day, []).append(
-            {
-                "trace_id": step.trace_id,
-                "span_id": step.span_id,
-                "parent_span_id": step.parent_span_id,
-                "kind": step.kind,
-                "operation": step.operation,
-                "name": step.name,
-                "start_ns": step.start_ns,
-                "end_ns": step.end_ns,
-                "status": step.status,
-                "error_type": step.error_type,
-                "error_message": step.error_message,
-                "provider": step.provider,
-                "request_model": step.request_model,
-                "response_model": step.response_model,
-                "input_tokens": step.input_tokens,
-                "output_tokens": step.output_tokens,
-                "agent_name": step.agent_name,
-                "conversation_id": step.conversation_id,
-                "tool_name": step.tool_name,
-                "tool_call_id": step.tool_call_id,
-                "system_hash": self._address(batch, "system", None, content.system) if content.system else None,
-                "tools_hash": self._address(batch, "tools", None, content.tools) if content.tools else None,
-                # tuples: the collector untracks them at its first pass, so a batch waiting for its flush
-                # adds one tracked object per step (the row), not four, to what full collections walk
-                "input_hashes": tuple([self._address(batch, "message", m.get("role"), m) for m in content.inputs]),
-                "output_hashes": tuple([self._address(batch, "message", m.get("role"), m) for m in content.outputs]),
-                "request_params": _json(step.request_params) if step.request_params else None,
-                "finish_reasons": tuple(step.finish_reasons),
-                "has_payload": step.has_payload,
-                "redacted": tuple(step.redacted),
-                "convention": step.convention,
-                "service_name": step.service_name,
-                "source": self.source,
-                "ingested_ns": now,
-            }
-        )
+        address = self._address
+        system = address(batch, "system", None, content.system) if content.system else None
+        tools = address(batch, "tools", None, content.tools) if content.tools else None
+        # tuples: the collector untracks them at its first pass, so a batch waiting for its flush
+        # adds one tracked object per step (the row), not four, to what full collections walk
+        inputs = tuple([address(batch, "message", m.get("role"), m) for m in content.inputs])
+        outputs = tuple([address(batch, "message", m.get("role"), m) for m in content.outputs])
+        rows = batch.step_rows.get(day)
+        if rows is None:
+            rows = batch.step_rows[day] = []
+        rows.append((  # STEP_COLUMNS
+            step.trace_id, step.span_id, step.parent_span_id, step.kind, step.operation, step.name, step.start_ns,
+            step.end_ns, step.status, step.error_type, step.error_message, step.provider, step.request_model,
+            step.response_model, step.input_tokens, step.output_tokens, step.agent_name, step.conversation_id,
+            step.tool_name, step.tool_call_id, system, tools, inputs, outputs,
+            _json(step.request_params) if step.request_params else None,
+            tuple(step.finish_reasons), step.has_payload, tuple(step.redacted), step.convention,
+            step.service_name, source, now,
+        ))
 
     def add_all(self, batch: RowBatch, items: Iterable[NormalizedSpan]) -> None:
         now = time.time_ns()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,25 +26,31 @@ from otel_replay.store.layout import (
     write_segment,
 )
 from otel_replay.store.location import StoreLike, StoreLocation
-from otel_replay.store.rows import RowBatch, valid_text
+from otel_replay.store.rows import Row, RowBatch, valid_text
 from otel_replay.store.schema import arrow_schemas, schema_of
 
 ARROW_CHUNK = 256  # rows per Arrow conversion, which holds the GIL: ~1 ms at most while the service runs
 UNPACED_CHUNK = 2048  # ... and with nothing to pace for: fewer, cheaper conversions (step rows ~12 %)
 
 
-def _chunk(rows: list[dict[str, Any]], schema: pa.Schema, ordered: bool = False) -> pa.Table:
+def _chunk(rows: Sequence[Row | dict[str, Any]], schema: pa.Schema, ordered: bool = False) -> pa.Table:
     try:
         if ordered:  # each row's values in the schema's order: columns by zip, in C (from_pylist reads them key by key)
             pool = write_pool()
-            columns = zip(*map(dict.values, rows), strict=True)
+            columns = zip(*(rows if rows[0].__class__ is tuple else map(dict.values, rows)), strict=True)  # type: ignore[arg-type]
             arrays = [pa.array(column, type=f.type, memory_pool=pool) for column, f in zip(columns, schema, strict=True)]
             return pa.Table.from_arrays(arrays, schema=schema)
-        return pa.Table.from_pylist(rows, schema=schema)
+        return pa.Table.from_pylist(rows, schema=schema)  # type: ignore[arg-type]
     except (pa.ArrowInvalid, UnicodeEncodeError):  # a string with lone surrogates: repair the chunk
-        return pa.Table.from_pylist([valid_text(r) for r in rows], schema=schema)
+        return pa.Table.from_pylist([valid_text(_named(r, schema)) for r in rows], schema=schema)
     except ValueError:  # not in the schema's order after all: by name
+        if rows[0].__class__ is tuple:
+            raise
         return _chunk(rows, schema)
+
+
+def _named(row: Row | dict[str, Any], schema: pa.Schema) -> dict[str, Any]:
+    return dict(zip(schema.names, row, strict=True)) if row.__class__ is tuple else row  # type: ignore[return-value]
 
 
 Pace = Callable[[], None] | None
@@ -52,11 +58,13 @@ Pace = Callable[[], None] | None
 have it); None: nothing to pace for (imports, a receiver's worker), so fewer, larger conversions."""
 
 
-def to_arrow(rows: list[dict[str, Any]], table: str, pace: Pace = None, ordered: bool = False) -> pa.Table:
-    """Rows as one Arrow table, converted in chunks, `pace` between them; `ordered`: every row has every
-    column, in the schema's order (a `RowBuilder`'s rows), so columns are cut out of the rows by position."""
+def to_arrow(rows: Sequence[Row | dict[str, Any]], table: str, pace: Pace = None, ordered: bool = False) -> pa.Table:
+    """Rows as one Arrow table, converted in chunks, `pace` between them. Rows are dicts, or tuples of
+    values in the schema's order (a `RowBuilder`'s); `ordered`: every dict has every column, in the
+    schema's order, so columns are cut out of the rows by position (tuples always are)."""
     schema = schema_of(table)
     size = UNPACED_CHUNK if pace is None else ARROW_CHUNK
+    ordered = ordered or (bool(rows) and rows[0].__class__ is tuple)
     chunks = []
     for i in range(0, len(rows), size):
         chunks.append(_chunk(rows[i : i + size], schema, ordered))
@@ -68,8 +76,8 @@ def to_arrow(rows: list[dict[str, Any]], table: str, pace: Pace = None, ordered:
 @dataclass(slots=True)
 class ArrowParts:
     """Rows converted to Arrow as they are made, then written as one segment per table and day: a
-    large load holds its rows as Arrow buffers, not as Python dicts (~5x the memory, and fresh pages
-    to fault in for every one)."""
+    large load holds its rows as Arrow buffers, not as Python tuples (several times the memory, and
+    fresh pages to fault in for every one)."""
 
     messages: list[pa.Table] = field(default_factory=list)
     spans: dict[str, list[pa.Table]] = field(default_factory=dict)
@@ -78,9 +86,9 @@ class ArrowParts:
     def take(self, batch: RowBatch, pace: Pace = None) -> None:
         """Convert `batch`'s rows (the caller drops the batch when it wants the memory back); all of
         them or, if a conversion raises, none."""
-        messages = to_arrow(batch.messages, "message_rows", pace, ordered=True) if batch.messages else None
-        spans = [(day, to_arrow(rows, "span_rows", pace, ordered=True)) for day, rows in batch.spans.items()]
-        steps = [(day, to_arrow(rows, "step_rows", pace, ordered=True)) for day, rows in batch.steps.items()]
+        messages = to_arrow(batch.message_rows, "message_rows", pace) if batch.message_rows else None
+        spans = [(day, to_arrow(rows, "span_rows", pace)) for day, rows in batch.span_rows.items()]
+        steps = [(day, to_arrow(rows, "step_rows", pace)) for day, rows in batch.step_rows.items()]
         if messages is not None:
             self.messages.append(messages)
         for day, table in spans:
