@@ -8,6 +8,7 @@ import threading
 from opentelemetry.trace import SpanKind
 
 from otel_replay import ReplayProcessor, Store
+from otel_replay.capture.processor import State
 from tests.helpers import chat_attributes, provider_with
 
 
@@ -149,24 +150,26 @@ def test_a_caller_that_keeps_on_end_cannot_overfill_the_queue(tmp_path):
 
 def test_shedding_begun_in_a_race_with_the_writer_does_not_stick(tmp_path):
     """The writer took spans between a producer's "full" and its switch to shedding: the switch is
-    undone at once, or (when the writer held the lock) by the writer's next round."""
+    undone at once, or (when the writer's check came first) by the writer's next round."""
     processor = ReplayProcessor(tmp_path, max_queue_spans=4, flush_interval_s=0.05)
     tracer = provider_with(processor).get_tracer("t")
-    processor._to_shed()  # the queue is empty: a late "full" verdict
-    assert processor.on_end is processor._accept
-    processor._route(processor._shed)  # as if the lock had been held and the writer's check come first
+    processor._begin_shedding()  # the queue is empty: a late "full" verdict
+    assert processor._state is State.ACCEPTING
+    with processor._routing:  # as if the switch had landed after the writer's last look
+        processor._state = State.SHEDDING
     deadline = threading.Event()
     for _ in range(100):  # the writer's next round (every 50 ms here) accepts again
-        if processor.on_end is processor._accept:
+        if processor._state is State.ACCEPTING:
             break
         deadline.wait(0.01)
-    assert processor.on_end is processor._accept
+    assert processor._state is State.ACCEPTING
     with tracer.start_as_current_span("chat m", attributes=chat_attributes()):
         pass
     assert processor.force_flush(10_000) and processor.stats["written_spans"] == 1 and processor.dropped == 0
     processor.shutdown()
-    processor._to_shed()
-    assert processor.on_end is processor._shed  # after shutdown nothing switches back to accepting
+    processor._begin_shedding()
+    processor._resume()
+    assert processor._state is State.SHUT_DOWN  # neither a late "full" nor the writer reopens it
 
 
 def test_a_span_the_pipeline_cannot_take_is_skipped_alone(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ The writer thread does the rest. Nothing raised in here reaches the service.
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import threading
@@ -27,6 +28,7 @@ from otel_replay.capture.sizing import (
     events_size,
     record_size,
 )
+from otel_replay.capture.tally import SharedCount
 from otel_replay.capture.writer import CaptureWriter
 from otel_replay.normalize.privacy import Privacy
 from otel_replay.normalize.records import LogEvent, SpanRecord
@@ -53,24 +55,41 @@ MARKERS = frozenset(
 logger = logging.getLogger("otel_replay")
 
 
-def _attribute_dict(span: ReadableSpan) -> dict:
+def _attribute_dict(span: ReadableSpan) -> Mapping[str, object]:
+    """A span's attributes without a copy: BoundedAttributes' own dict where it has one."""
     attrs = span._attributes  # noqa: SLF001 - BoundedAttributes; its _dict avoids Mapping overhead
     if attrs is None:
         return {}
-    return getattr(attrs, "_dict", attrs)
+    inner: Mapping[str, object] | None = getattr(attrs, "_dict", None)
+    return attrs if inner is None else inner
 
 
 _unmarked = MARKERS.isdisjoint
 
 
+class State(enum.Enum):
+    """What `ReplayProcessor.on_end` does with a span that passes the filter."""
+
+    ACCEPTING = "accepting"  # measure it and queue it
+    SHEDDING = "shedding"  # the queue is full: count it as dropped, until the writer takes spans
+    SHUT_DOWN = "shut down"  # nothing
+
+
+# module names: the hot path reads a global, not an attribute of the class
+ACCEPTING, SHEDDING, SHUT_DOWN = State.ACCEPTING, State.SHEDDING, State.SHUT_DOWN
+
+
 def sdk_layout_ok() -> bool:
     """Whether this SDK's spans keep attributes, events and parent where the hot path reads them.
 
-    The public surfaces cost more than the whole filter: `span.attributes` builds a mappingproxy
-    (+0.16 µs), `span.events` copies the events into a tuple (+0.42 µs), `span.parent.is_remote`
-    +0.08 µs, against ~1.5 µs for all of `on_end` (SDK 1.45, this project's machines). So the hot
-    path reads the SDK's own fields, but only after this check, on a real span, says they are what
-    they were; otherwise it reads the public surfaces (and says so once).
+    The public surfaces cost more than the rest of `on_end`: `span.attributes` is a mappingproxy over
+    BoundedAttributes, a Python-level mapping the filter and the sizing then iterate key by key, and
+    `span.events` copies the events into a tuple. Measured with `on_end` timed both ways in one
+    process (SDK 1.45, CPython 3.11, 150 alternating rounds of 1000 calls, the spans of `bench
+    capture`): a 4 KB GenAI span 1.43 µs with the fields, 3.86 µs with the public surfaces; an
+    ignored span 0.41 -> 0.74 µs; a drop 0.24 -> 0.60 µs. So the hot path reads the SDK's own
+    fields, but only after this check, on a real span, says they are what they were; otherwise it
+    reads the public surfaces (and says so once).
     """
     try:
         from opentelemetry.sdk.trace import TracerProvider
@@ -80,9 +99,13 @@ def sdk_layout_ok() -> bool:
             child = tracer.start_span("child", attributes={"k": "v"})
             child.add_event("e")
             child.end()
-        attrs, events, link = child._attributes._dict, child._events._dq, child._parent  # noqa: SLF001
-        return (attrs == dict(child.attributes) and [e.name for e in events] == [e.name for e in child.events]
-                and link == parent.get_span_context() and link.is_remote is False and link[2] is False)
+        if not isinstance(child, Span):
+            return False
+        # the fields `on_end` reads, spelled as it spells them (getattr: their declared types are looser)
+        attrs, events, link = getattr(child._attributes, "_dict", None), getattr(child._events, "_dq", ()), child._parent  # noqa: SLF001
+        return (attrs == dict(child.attributes or {}) and [e.name for e in events] == [e.name for e in child.events]
+                and link is not None and link == parent.get_span_context() and link.is_remote is False
+                and link[2] is False)
     except Exception:  # noqa: BLE001 - any difference at all: take the public surfaces
         return False
 
@@ -128,16 +151,13 @@ class ReplayProcessor(SpanProcessor):
         self.privacy = Privacy(redact, capture_payloads)  # raises ValueError now, never on the writer
         self._options = (max_queue_spans, max_queue_bytes, flush_interval_s, flush_rows)
         self._yield_gil = yield_gil
-        self._shutdown = False
-        self.internal_errors = 0
-        self.refused_records = 0  # decoded records turned away whole (the sender retries them)
-        # `on_end` is one of two closures (see `_hot_paths`); a subclass that defines its own `on_end`
-        # keeps it, and reaches the closures through `self._hot` when it calls `super().on_end`
-        self._plain = type(self).on_end is ReplayProcessor.on_end
-        self._routing = threading.Lock()  # the writer's `_resume` against `shutdown`
+        self._state = ACCEPTING  # read by every `on_end`; changed only under `_routing`
+        self._routing = threading.Lock()  # state changes: shedding, the writer's `_resume`, `shutdown`
+        self.internal_errors = SharedCount()  # anything raised inside, caught before it reached the service
+        self.refused_records = SharedCount()  # decoded records turned away whole (the sender retries them)
         if not PRIVATE_LAYOUT:
             logger.warning("otel-replay: this opentelemetry-sdk keeps span fields where the processor does not "
-                           "expect them; it reads the public surfaces instead (on_end about 0.7 µs slower)")
+                           "expect them; it reads the public surfaces instead (on_end up to ~2.4 µs slower a span)")
         self._start_writer()
         self._pid = os.getpid()
         if hasattr(os, "register_at_fork"):
@@ -150,19 +170,33 @@ class ReplayProcessor(SpanProcessor):
         self._writer = CaptureWriter(self.store, self._queue, flush_interval_s=interval, flush_rows=rows,
                                      markers=MARKERS, privacy=self.privacy, on_room=self._room_callback(),
                                      yield_gil=self._yield_gil)
-        self._accept, self._shed = self._hot_paths(self._queue, self._writer.wake, min(2000, max_spans // 2 or 1))
-        self._route(self._on_end_after_shutdown if self._shutdown else self._accept)
+        self._wake = self._writer.wake
+        self._drops = self._queue.drops.local  # `on_end` counts a drop in `self._drops.cell.n`
+        queue = self._queue
+        wake_at = min(2000, max_spans // 2 or 1)  # queued spans that wake the writer early
+        self._admit = (queue, queue.length, queue.append, queue.acquire, queue.release_lock, queue.max_items,
+                       queue.max_bytes, wake_at)
+        if self._state is not SHUT_DOWN:
+            self._state = ACCEPTING
         self._writer.start()
 
     def _room_callback(self) -> Callable[[], None]:
         """`_resume` for the writer, by weak reference: its thread must not keep this processor alive."""
         resume = weakref.WeakMethod(self._resume)
-        return lambda: (method := resume()) is not None and method()
+
+        def on_room() -> None:
+            method = resume()
+            if method is not None:
+                method()
+
+        return on_room
 
     def _after_fork(self) -> None:
         """The child gets its own queue and writer thread; spans of the parent stay with the parent."""
         self._pid = os.getpid()
         self._routing = threading.Lock()  # a thread of the parent may have held it at the fork
+        self.internal_errors = self.internal_errors.after_fork()
+        self.refused_records = self.refused_records.after_fork()
         self._start_writer()
 
     # -- the hot path --------------------------------------------------------------------------
@@ -172,121 +206,97 @@ class ReplayProcessor(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         """Queue the span for the writer if it is GenAI (or a root); count it as dropped if the queue is full.
 
-        An instance answers this with its current closure directly (`_route`); this method is what a
-        subclass that overrides `on_end` reaches through `super().on_end(span)`.
+        One method, one filter, three states (`State`). Accepting: measure the span and queue it; the
+        append that fills the queue switches to shedding. Shedding: filter and count the drop, nothing
+        more, until the writer takes spans (`_resume`). Shut down: nothing. A subclass may override
+        this and call `super().on_end(span)`.
         """
-        self._hot(span)
-
-    def _route(self, path: Callable[[ReadableSpan], None]) -> None:
-        """Make `path` what `on_end` runs (`_state` reads it back; `_hot` follows for subclasses)."""
-        if self._plain:
-            self.on_end = path  # type: ignore[method-assign]
-        self._hot = path
-
-    def _state(self) -> Callable[[ReadableSpan], None]:
-        return self.on_end if self._plain else self._hot
-
-    def _hot_paths(self, queue: SpanQueue, wake: threading.Event,
-                   wake_at: int) -> tuple[Callable[[ReadableSpan], None], Callable[[ReadableSpan], None]]:
-        """`on_end` while the queue has room (`accept`) and while it is full (`shed`), as closures.
-
-        Closures read the queue, its bound methods and the limits from cells instead of attributes of
-        `self` (about 7% of `accept`). `accept` switches to `shed` when its append fills the queue;
-        `shed` only filters and counts the drop, until the writer takes spans (`_resume`). Both filter
-        alike, so a drop is counted for exactly the spans `accept` would have queued. `accept` checks
-        the count itself too, so a caller that keeps a reference to it cannot overfill the queue.
-        """
-        length, append, max_items, max_bytes = queue.length, queue.append, queue.max_items, queue.max_bytes
-        processor, private = self, PRIVATE_LAYOUT
-
-        def accept(span: ReadableSpan) -> None:
+        # What this method costs beside the closures it replaced (one per state, swapped onto the
+        # instance) and their lossy `+=` counters, measured on CPython 3.11, SDK 1.45, 2 shared cores:
+        # `bench capture --quick`, 3 runs each, 4 KB GenAI span 0.86-1.02 µs (1.49-1.72x
+        # BatchSpanProcessor) before, 1.07-1.59 µs (1.89-1.99x) after; ignored span 0.26-0.28 ->
+        # 0.27-0.31 µs; a drop 0.11-0.12 -> 0.18 µs. Timed in one process, alternating (150 rounds of
+        # 1000 calls): GenAI +0.22 µs (+25%), of which the producers' lock ~0.10 µs and reading the
+        # state and the queue through `self` ~0.10 µs; ignored +4%; a drop +0.06 µs (its per-thread
+        # tally ~0.035 µs). All within the targets (docs/benchmarks/capture.md); the price of one
+        # readable method and counters that lose nothing without the GIL.
+        state = self._state
+        if state is SHUT_DOWN:
+            return
+        try:
+            if PRIVATE_LAYOUT:
+                try:  # BoundedAttributes' own dict (checked by `sdk_layout_ok`): no mappingproxy
+                    attrs: Mapping[str, object] = span._attributes._dict  # type: ignore[union-attr]  # noqa: SLF001 - the SDK types the field as Mapping | None; its spans hold BoundedAttributes
+                except AttributeError:  # not an SDK span (a ReadableSpan built by hand)
+                    attrs = _attribute_dict(span)
+            else:
+                attrs = span.attributes or {}
+            if _unmarked(attrs):
+                parent = span.parent
+                if parent is not None and not parent.is_remote:
+                    return
+            if state is SHEDDING:
+                self._drops.cell.n += 1  # this thread's own tally (`Tally`): no lock, no lost update
+                return
+            # Honest for every convention: every string value counts what it occupies (sizing.py).
+            size = SPAN_OVERHEAD + ATTRIBUTE_OVERHEAD * len(attrs) + sum(map(STR_SIZE, filter(IS_STR, attrs.values())))
+            try:  # content events of older conventions carry payloads
+                events = span._events._dq if PRIVATE_LAYOUT else span.events  # type: ignore[attr-defined]  # noqa: SLF001 - typed Sequence, an SDK span's is a BoundedList: a deque's truth is a C call
+            except AttributeError:
+                events = span.events
+            if events:
+                size += events_size(events)
+            # SpanQueue.put, inlined (a call costs ~50 ns), with the queue's parts read in one load
+            queue, length, append, acquire, release, max_items, max_bytes, wake_at = self._admit
+            acquire()  # producers' lock: check, append and count as one step, so none is lost
             try:
-                if private:
-                    try:
-                        attrs = span._attributes._dict  # noqa: SLF001 - checked by `sdk_layout_ok`
-                    except AttributeError:  # not an SDK span (a ReadableSpan built by hand)
-                        attrs = _attribute_dict(span)
-                else:
-                    attrs = span.attributes or {}
-                if _unmarked(attrs):
-                    parent = span.parent
-                    if parent is not None and not parent.is_remote:
-                        return
                 queued = length()
-                if queued >= max_items:  # full (a race, or a caller that kept this function): drop, shed
-                    queue.dropped += 1
-                    if processor._hot is not shed:  # noqa: SLF001
-                        processor._to_shed()  # noqa: SLF001
-                    return
-                # Honest for every convention: every string value counts what it occupies (sizing.py).
-                size = SPAN_OVERHEAD + ATTRIBUTE_OVERHEAD * len(attrs) + sum(map(STR_SIZE, filter(IS_STR, attrs.values())))
-                try:  # content events of older conventions carry payloads
-                    events = span._events._dq if private else span.events  # noqa: SLF001 - a deque: truth is a C call
-                except AttributeError:
-                    events = span.events
-                if events:
-                    size += events_size(events)
-                if queue.bytes_in - queue.bytes_out + size > max_bytes:  # SpanQueue.put, inlined
-                    queue.dropped += 1
-                    return
-                append((span, size))
-                queue.bytes_in += size
-                queued += 1
-                if queued >= wake_at:
-                    if queued >= max_items and processor._hot is not shed:  # noqa: SLF001
-                        processor._to_shed()  # noqa: SLF001 - full: only count drops until the writer takes some
-                    if not wake.is_set():  # once per backlog: Event.set takes a lock and costs ~1 µs
-                        wake.set()
-            except Exception:  # noqa: BLE001 - never reach the service
-                processor.internal_errors += 1
-
-        def shed(span: ReadableSpan) -> None:
-            try:
-                if private:  # the filter of `accept`, spelled out again: a call would cost a third of this path
-                    try:
-                        attrs = span._attributes._dict  # noqa: SLF001
-                    except AttributeError:
-                        attrs = _attribute_dict(span)
-                else:
-                    attrs = span.attributes or {}
-                if _unmarked(attrs):
-                    parent = span.parent
-                    if parent is not None and not parent.is_remote:
-                        return
-                queue.dropped += 1
-            except Exception:  # noqa: BLE001
-                processor.internal_errors += 1
-
-        return accept, shed
-
-    def _to_shed(self) -> None:
-        """The queue is full: shed until the writer takes spans (`_resume`). If it took some between
-        the caller's check and now, accept again at once, or nothing might switch back. The lock is
-        only tried: when the writer holds it, it is resuming already."""
-        self._route(self._shed)
-        self._writer.revive()  # a full queue may mean the writer thread died
-        if len(self._queue) < self._queue.max_items and self._routing.acquire(blocking=False):
-            try:
-                if not self._shutdown and self._state() is self._shed:
-                    self._route(self._accept)
+                room = queued < max_items and queue.bytes_in - queue.bytes_out + size <= max_bytes
+                if room:
+                    append((span, size))
+                    queue.bytes_in += size
+                    queued += 1
             finally:
-                self._routing.release()
+                release()
+            if not room:
+                self._drops.cell.n += 1
+                if queued >= max_items:  # full by count, not only by bytes: shed
+                    self._begin_shedding()
+            elif queued >= wake_at:
+                if queued >= max_items:  # this append filled the queue: shed
+                    self._begin_shedding()
+                if not self._wake.is_set():  # once per backlog: Event.set takes a lock and costs ~1 µs
+                    self._wake.set()
+        except Exception:  # noqa: BLE001 - never reach the service
+            self.internal_errors.add()
+
+    def _begin_shedding(self) -> None:
+        """The queue is full: shed until the writer takes spans (`_resume`).
+
+        Rare, so it takes the state lock: a shut-down processor stays shut down. If the writer took
+        spans between the caller's check and the switch, its `_resume` found nothing to undo, so the
+        room is looked for again here (and the writer's next round resumes in any case).
+        """
+        with self._routing:
+            if self._state is ACCEPTING:
+                self._state = SHEDDING
+        self._writer.revive()  # a full queue may mean the writer thread died
+        if len(self._queue) < self._queue.max_items:
+            self._resume()
 
     def _resume(self) -> None:
-        """The writer took spans: accept again if `on_end` was shedding (on the writer's thread)."""
+        """The writer took spans: accept again if `on_end` was shedding (the writer's thread, mostly)."""
         with self._routing:
-            if not self._shutdown and self._state() is self._shed and len(self._queue) < self._queue.max_items:
-                self._route(self._accept)
-
-    def _on_end_after_shutdown(self, span: ReadableSpan) -> None:
-        return None
+            if self._state is SHEDDING and len(self._queue) < self._queue.max_items:
+                self._state = ACCEPTING
 
     def enqueue_log(self, record: object, size: int) -> None:
+        """Queue a GenAI content log event (`ReplayLogProcessor`); dropped and counted when full."""
         try:
-            if not self._shutdown:
+            if self._state is not SHUT_DOWN:
                 self._queue.offer(record, size)
         except Exception:  # noqa: BLE001
-            self.internal_errors += 1
+            self.internal_errors.add()
 
     def accept_records(self, spans: Sequence[SpanRecord], logs: Sequence[LogEvent] = ()) -> int:
         """Queue already-decoded spans and log events (the OTLP receiver's path), all or none.
@@ -295,11 +305,12 @@ class ReplayProcessor(SpanProcessor):
         batch, so the receiver can answer "retry later" and the sender resends the batch intact.
         """
         count = len(spans) + len(logs)
-        if self._shutdown:
+        if self._state is SHUT_DOWN:
             return count
-        batch = [(item, record_size(item)) for item in (*logs, *spans)]
+        records: list[LogEvent | SpanRecord] = [*logs, *spans]
+        batch = [(item, record_size(item)) for item in records]
         if not self._queue.offer_all(batch):  # logs first, so a span finds its events already waiting
-            self.refused_records += count
+            self.refused_records.add(count)
             return count
         # a request's records at once: the writer starts on them now instead of when 2,000 are waiting
         # (the hot path's threshold, which spares a service's threads a wake-up per span): a receiver
@@ -328,7 +339,7 @@ class ReplayProcessor(SpanProcessor):
             "queued": len(self._queue),
             "queued_bytes": self._queue.queued_bytes,
             "skipped": dict(self._writer.skipped),
-            "internal_errors": self.internal_errors,
+            "internal_errors": self.internal_errors.value,
             "lost_store_unwritable": self._writer.lost_spans,
             "store_error": self._writer.store_error,  # why the store cannot be written now, else None
             "writer_restarts": self._writer.restarts,  # writer threads that died and were replaced
@@ -341,7 +352,7 @@ class ReplayProcessor(SpanProcessor):
         False if that took longer than the timeout, or if the store refused a write meanwhile (the
         spans were dropped and counted): True means what was queued before the call is on disk.
         """
-        if self._shutdown:
+        if self._state is SHUT_DOWN:
             return not self._writer.unwritten()
         self._writer.revive()
         return self._writer.request_flush().wait(max(timeout_millis, 0) / 1000)
@@ -350,12 +361,11 @@ class ReplayProcessor(SpanProcessor):
         """Stop accepting spans, write what was accepted, stop the writer, within the timeout.
 
         What is still unwritten when the timeout ends is said in one warning (with the count)."""
-        if self._shutdown:
-            return
         deadline = time.monotonic() + max(timeout_millis, 0) / 1000
         with self._routing:
-            self._shutdown = True
-            self._route(self._on_end_after_shutdown)  # the hot path then skips even the flag check
+            if self._state is SHUT_DOWN:
+                return
+            self._state = SHUT_DOWN
         self._writer.stop()
         self._writer.revive()  # a writer thread that died still writes what was accepted
         self._writer.thread.join(max(deadline - time.monotonic(), 0))
