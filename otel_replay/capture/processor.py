@@ -1,7 +1,8 @@
 """`ReplayProcessor` and `ReplayLogProcessor`: GenAI telemetry into the store, off the hot path.
 
 `on_end` runs on the service's thread. It looks for a few marker attributes, appends the span
-to a bounded queue and returns: no serialization, no hashing, no I/O, no lock, no logging.
+to a bounded queue and returns: no serialization, no hashing, no I/O, no logging, and no lock
+but the queue's, which only the service's own threads take, for the few steps of an append.
 The writer thread does the rest. Nothing raised in here reaches the service.
 """
 
