@@ -49,7 +49,7 @@ def span_size(tmp_path, span: ReadableSpan) -> int:
     drain = probe._writer._drain
     probe._writer._drain = lambda force: (gate.wait(30), drain(force))
     probe.on_end(span)
-    ((_, size),) = list(probe._queue._items)
+    ((_, size),) = list(probe._queue.items)
     gate.set()
     probe.shutdown()
     return size
@@ -84,7 +84,7 @@ def test_a_held_writer_counts_every_offer_exactly(tmp_path, fast_switching):
     offered = THREADS * len(spans)
     assert len(queue) == 700  # never overfilled, though threads raced for the last places
     assert len(queue) + processor.dropped == offered
-    assert queue.bytes_in == sum(size for _, size in queue._items) == 700 * size
+    assert queue.bytes_in == sum(size for _, size in queue.items) == 700 * size
     assert processor.internal_errors == 0
     gate.set()
     processor.shutdown()

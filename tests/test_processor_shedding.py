@@ -124,7 +124,7 @@ def test_content_events_count_toward_the_byte_cap(tmp_path):
         span.add_event("gen_ai.user.message", {"content": "x" * 100_000})
     with tracer.start_as_current_span("chat m", attributes={"gen_ai.operation.name": "chat"}):
         pass
-    (with_event, size_with), (without, size_without) = list(processor._queue._items)
+    (with_event, size_with), (without, size_without) = list(processor._queue.items)
     assert size_with - size_without >= 100_000
     gate.set()
     processor.shutdown()

@@ -175,7 +175,7 @@ class ReplayProcessor(SpanProcessor):
         self._drops = self._queue.drops.local  # `on_end` counts a drop in `self._drops.cell.n`
         queue = self._queue
         wake_at = min(2000, max_spans // 2 or 1)  # queued spans that wake the writer early
-        self._admit = (queue, queue.length, queue.append, queue.acquire, queue.release_lock, queue.max_items,
+        self._admit = (queue, queue.items, queue.append, queue.acquire, queue.release_lock, queue.max_items,
                        queue.max_bytes, wake_at)
         if self._state is not SHUT_DOWN:
             self._state = ACCEPTING
@@ -213,14 +213,14 @@ class ReplayProcessor(SpanProcessor):
         this and call `super().on_end(span)`.
         """
         # What this method costs beside the closures it replaced (one per state, swapped onto the
-        # instance) and their lossy `+=` counters, measured on CPython 3.11, SDK 1.45, 2 shared cores:
-        # `bench capture --quick`, 3 runs each, 4 KB GenAI span 0.86-1.02 µs (1.49-1.72x
-        # BatchSpanProcessor) before, 1.07-1.59 µs (1.89-1.99x) after; ignored span 0.26-0.28 ->
-        # 0.27-0.31 µs; a drop 0.11-0.12 -> 0.18 µs. Timed in one process, alternating (150 rounds of
-        # 1000 calls): GenAI +0.22 µs (+25%), of which the producers' lock ~0.10 µs and reading the
-        # state and the queue through `self` ~0.10 µs; ignored +4%; a drop +0.06 µs (its per-thread
-        # tally ~0.035 µs). All within the targets (docs/benchmarks/capture.md); the price of one
-        # readable method and counters that lose nothing without the GIL.
+        # instance) and their lossy `+=` counters. `bench capture --quick`, old and new code run
+        # alternately, 3 runs each (CPython 3.11, SDK 1.45, 2 shared cores): 4 KB GenAI span 0.86-0.96
+        # -> 1.02-1.03 µs (1.49-1.60x -> 1.80-1.84x BatchSpanProcessor); ignored span 0.26-0.27 ->
+        # 0.26-0.27 µs (unchanged); a drop 0.11-0.12 -> 0.17-0.18 µs. Timed in one process (150
+        # alternating rounds of 1000 calls): GenAI +21%, of which the queue's lock ~13% and the rest
+        # reading state and queue through `self`; a drop +0.06 µs (its per-thread tally ~0.035 µs).
+        # Within the targets (docs/benchmarks/capture.md); the price of one method and of counters
+        # and caps that hold without the GIL.
         state = self._state
         if state is SHUT_DOWN:
             return
@@ -248,15 +248,17 @@ class ReplayProcessor(SpanProcessor):
             if events:
                 size += events_size(events)
             # SpanQueue.put, inlined (a call costs ~50 ns), with the queue's parts read in one load
-            queue, length, append, acquire, release, max_items, max_bytes, wake_at = self._admit
+            queue, items, append, acquire, release, max_items, max_bytes, wake_at = self._admit
             acquire()  # producers' lock: check, append and count as one step, so none is lost
             try:
-                queued = length()
-                room = queued < max_items and queue.bytes_in - queue.bytes_out + size <= max_bytes
-                if room:
-                    append((span, size))
+                queued = len(items)
+                if queued < max_items and queue.bytes_in - queue.bytes_out + size <= max_bytes:  # an `if`: the
+                    append((span, size))  # comparisons specialize, which they do not in `room = a < b and ...`
                     queue.bytes_in += size
                     queued += 1
+                    room = True
+                else:
+                    room = False
             finally:
                 release()
             if not room:

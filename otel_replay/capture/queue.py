@@ -21,16 +21,15 @@ from otel_replay.capture.tally import Tally
 
 
 class SpanQueue:
-    __slots__ = ("_items", "_lock", "acquire", "release_lock", "length", "append", "max_items", "max_bytes", "budget", "bytes_in", "bytes_out", "drops")
+    __slots__ = ("items", "_lock", "acquire", "release_lock", "append", "max_items", "max_bytes", "budget", "bytes_in", "bytes_out", "drops")
 
     def __init__(self, max_items: int, max_bytes: int) -> None:
         """`max_bytes` is capture's whole byte cap; the queue admits `budget.queue_bytes` of it."""
-        self._items: collections.deque[tuple[Any, int]] = collections.deque()
+        self.items: collections.deque[tuple[Any, int]] = collections.deque()  # the consumer pops; producers append under `_lock`
         self._lock = threading.Lock()  # producers only: admission is check, append and count at once
         # bound once: `with` costs twice as much, a bound method made per call ~30 ns (CPython 3.11)
         self.acquire, self.release_lock = self._lock.acquire, self._lock.release
-        self.length = self._items.__len__  # `len()` and `append` as C calls: `on_end` inlines `put`
-        self.append = self._items.append
+        self.append = self.items.append  # bound once: `on_end` inlines `put`
         self.max_items = max_items
         self.budget = MemoryBudget.of(max_bytes)
         self.max_bytes = self.budget.queue_bytes  # what `put` and `offer_all` admit
@@ -39,7 +38,7 @@ class SpanQueue:
         self.drops = Tally()  # items refused because the queue was full
 
     def __len__(self) -> int:
-        return len(self._items)
+        return len(self.items)
 
     @property
     def dropped(self) -> int:
@@ -56,7 +55,7 @@ class SpanQueue:
         The lock costs about 0.1 µs a call. `ReplayProcessor.on_end` inlines this body (a call would
         cost half as much again): a change here is a change there.
         """
-        items = self._items
+        items = self.items
         self.acquire()
         try:
             queued = len(items)
@@ -76,17 +75,17 @@ class SpanQueue:
         """Append every item or none (a batch a sender can retry whole); a refusal is not a drop."""
         total = sum(size for _, size in items)
         with self._lock:
-            if len(self._items) + len(items) > self.max_items or self.bytes_in - self.bytes_out + total > self.max_bytes:
+            if len(self.items) + len(items) > self.max_items or self.bytes_in - self.bytes_out + total > self.max_bytes:
                 return False
-            self._items.extend(items)
+            self.items.extend(items)
             self.bytes_in += total
         return True
 
     def take(self, limit: int, max_bytes: int | None = None) -> list[tuple[Any, int]]:
         """Pop up to `limit` (item, size) pairs, and past `max_bytes` no more (at least one); consumer
         side only. Their bytes stay held until `release`."""
-        popleft = self._items.popleft
-        count = min(limit, len(self._items))
+        popleft = self.items.popleft
+        count = min(limit, len(self.items))
         if max_bytes is None:
             return [popleft() for _ in range(count)]
         out = []
