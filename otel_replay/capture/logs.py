@@ -30,7 +30,7 @@ class ReplayLogProcessor(LogRecordProcessor):
             if name in CONTENT_EVENTS:
                 self.processor.enqueue_log(log_record, log_size(record))
         except Exception:  # noqa: BLE001
-            self.processor.internal_errors += 1
+            self.processor.internal_errors.add()
 
     emit = on_emit  # SDKs before 1.39 call emit(log_data)
 
