@@ -23,6 +23,9 @@ from otel_replay.testing.planted import (
     record_planted,
     replay_model,
 )
+from tests.helpers import needs_openai_v2
+
+pytestmark = needs_openai_v2  # every test here records or runs the demo's agent (openai-v2)
 
 # the true effect of the culprit's recorded decision, by construction (P_BAD = 0.1)
 TRUE_EFFECT = {name: t.effect for name, t in TOPOLOGIES.items()}

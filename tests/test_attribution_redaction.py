@@ -18,6 +18,9 @@ from otel_replay.attribution import AttributionError, Job, JobParams
 from otel_replay.cli import main as cli
 from otel_replay.testing import SimulatedModelServer
 from otel_replay.testing.planted import TOPOLOGIES, planted_registry, record_planted, replay_model
+from tests.helpers import needs_openai_v2
+
+pytestmark = needs_openai_v2  # every test here records or runs the demo's agent (openai-v2)
 
 API_KEY = "sk-proj-T3BlbkFJabcdefghijklmnop0123"
 EMAIL = "jane.doe+billing@example.com"

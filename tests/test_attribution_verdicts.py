@@ -32,6 +32,7 @@ from otel_replay.testing.planted import (
     replay_model,
     true_effects,
 )
+from tests.helpers import needs_openai_v2
 
 REPO = Path(__file__).resolve().parent.parent
 ISSUE = "bigger-effect-earlier"  # model -> stock tool that glitched (+0.375) -> answer that could catch it (+0.25)
@@ -73,6 +74,7 @@ def cli_policies(tmp_path, monkeypatch):
     policies.registry.clear()
 
 
+@needs_openai_v2
 def test_the_point_of_commitment_is_named_behind_a_bigger_earlier_effect(recorded):
     root, traces = recorded
     assert {i: round(e, 3) for i, e in true_effects(TOPOLOGIES[ISSUE]).items() if e} == {1: 0.375, 2: 0.25}
@@ -83,6 +85,7 @@ def test_the_point_of_commitment_is_named_behind_a_bigger_earlier_effect(recorde
     assert result.sequential and result.tests == 3
 
 
+@needs_openai_v2
 def test_too_few_rollouts_never_name_the_bigger_earlier_effect(recorded):
     """At 30 rollouts a plan (the old default) the answer step's interval may hold both 0 and real
     effects: then the result is undecided between step 2 and step 1, with what it would take."""
@@ -97,6 +100,7 @@ def test_too_few_rollouts_never_name_the_bigger_earlier_effect(recorded):
             assert all(s["verdict"] != "decisive" for s in result.steps)
 
 
+@needs_openai_v2
 def test_exit_status_tells_the_verdict(recorded, cli_policies, tmp_path):
     root, traces = recorded
     base = ["--store", str(root), "attribute", "--expect-contains", "OK"]
@@ -121,6 +125,7 @@ def test_exit_status_tells_the_verdict(recorded, cli_policies, tmp_path):
     assert "0 culprit found, 3 no culprit, 4 undecided" in " ".join(help_text.split())
 
 
+@needs_openai_v2
 def test_without_policies_the_explanation_says_which_are_missing_not_to_add_rollouts(recorded):
     root, traces = recorded
     job = Job(Store(root), JobParams([traces["single-late"]], "otel_replay.testing.planted:ok"), Registry())
@@ -135,6 +140,7 @@ def test_without_policies_the_explanation_says_which_are_missing_not_to_add_roll
     assert "1 unreplayable" in message
 
 
+@needs_openai_v2
 def test_shapley_alone_prints_its_values_and_names_what_they_support(recorded, cli_policies):
     root, traces = recorded
     out = CliRunner().invoke(cli, ["--store", str(root), "attribute", "--trace-id", traces["single-late"],
@@ -148,6 +154,7 @@ def test_shapley_alone_prints_its_values_and_names_what_they_support(recorded, c
         assert "★ contributing" in out.output and "Shapley value" in out.output
 
 
+@needs_openai_v2
 def test_every_verdict_string_is_declared_and_old_reports_still_load(recorded):
     schema = report_schema()
     assert set(TRACE_VERDICTS) <= set(schema["properties"]["verdict"]["enum"])
@@ -197,6 +204,7 @@ def test_attribution_modules_import_one_way():
         visit(module, [])
 
 
+@needs_openai_v2
 def test_the_old_adaptive_spelling_still_works_as_a_cap(recorded, cli_policies, tmp_path):
     root, traces = recorded
     out = CliRunner().invoke(cli, ["--store", str(root), "attribute", "--trace-id", traces["single-late"],

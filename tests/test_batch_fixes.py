@@ -21,7 +21,9 @@ from otel_replay.attribution import Job, JobParams
 from otel_replay.cli import main as cli
 from otel_replay.testing import SimulatedModelServer
 from otel_replay.testing.planted import TOPOLOGIES, planted_registry, record_planted, replay_model
-from tests.helpers import REPO
+from tests.helpers import REPO, needs_openai_v2
+
+pytestmark = needs_openai_v2  # every test here records or runs the demo's agent (openai-v2)
 
 PLANTED = "otel_replay.testing.planted_policies:single-late"
 SLOW_POLICIES = """

@@ -27,6 +27,7 @@ from otel_replay.store import queries
 from otel_replay.testing import SimulatedModelServer
 from otel_replay.testing.planted import TOPOLOGIES, planted_registry, record_planted, replay_model
 from otel_replay.trajectory import Store
+from tests.helpers import needs_openai_v2
 
 TIMING = ("wall_s", "cpu_s")
 
@@ -78,6 +79,7 @@ def test_quick_run_meets_the_targets_and_matches_a_serial_run(tmp_path: Path) ->
     assert _rows(serial) == _rows(picked)
 
 
+@needs_openai_v2
 def test_max_magnitude_profile_reuses_the_jobs_rollouts_and_equals_a_fresh_profile(tmp_path: Path) -> None:
     topology = TOPOLOGIES["wrong-instruction-step-0"]  # the search tests early boundaries: much to reuse
     trace_id = record_planted(tmp_path / "store", topology, model_seed=1)

@@ -9,7 +9,9 @@ import sys
 import pytest
 
 from otel_replay import Store
-from tests.helpers import REPO, run_module
+from tests.helpers import REPO, needs_openai_v2, run_module
+
+pytestmark = needs_openai_v2  # every test here records or runs the demo's agent (openai-v2)
 
 FINAL = "It is currently 18°C and partly cloudy in Paris."
 RESULT = '{"city": "Paris", "temperature_c": 18, "condition": "partly cloudy"}'

@@ -20,7 +20,7 @@ import pytest
 from click.testing import CliRunner
 
 from otel_replay.cli import main as cli
-from tests.helpers import FIXTURES, REPO
+from tests.helpers import FIXTURES, REPO, needs_openai_v2
 
 SOURCE = FIXTURES / "otel" / "genai-openai_span_and_event.otlp.json"
 OTHER = FIXTURES / "otel" / "openai-v2_event_only.otlp.json"
@@ -92,7 +92,7 @@ def read_only(store: Path, scratch: Path) -> Iterator[Callable[..., subprocess.C
     ["attribute", "--trace-id", "LOOP", "--policies", "unwritable_policies", "--expect-contains", "sunny"],
     ["fork", "LOOP", "--at", "2", "--do", '"sunny"', "--policies", "unwritable_policies"],
     ["compact", "--grace", "0"],
-    ["demo", "--rollouts", "2", "--html", "REPORT"],
+    pytest.param(["demo", "--rollouts", "2", "--html", "REPORT"], marks=needs_openai_v2),
 ], ids=["import", "import-one-process", "attribute", "fork", "compact", "demo"])
 def test_a_read_only_store_is_one_line_and_left_unchanged(seeded, tmp_path, args):
     store, loop = seeded
@@ -114,7 +114,7 @@ def test_a_read_only_store_is_one_line_and_left_unchanged(seeded, tmp_path, args
 @pytest.mark.parametrize("args", [
     ["import", "otlp", str(SOURCE)],
     ["import", "whowhen", str(SOURCE.parent)],
-    ["demo", "--rollouts", "2", "--html", "REPORT"],
+    pytest.param(["demo", "--rollouts", "2", "--html", "REPORT"], marks=needs_openai_v2),
 ], ids=["import", "import-dir", "demo"])
 def test_a_store_path_under_a_regular_file_is_one_line(tmp_path, args):
     blocker = tmp_path / "not-a-directory"

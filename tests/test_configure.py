@@ -18,7 +18,7 @@ from otel_replay import Store
 from otel_replay.capture.env import CaptureConfigError, options_from_env
 from otel_replay.normalize.redact import Redactor
 from otel_replay.store.location import StoreLocation
-from tests.helpers import REPO
+from tests.helpers import REPO, needs_openai_v2
 
 
 def _probe(code: str, env: dict[str, str] | None = None, *args: str) -> dict:
@@ -175,6 +175,7 @@ print(json.dumps({"providers": providers, "store": str(processor.store)}))
 """
 
 
+@needs_openai_v2
 def test_configure_makes_both_providers_and_captures_content_carried_in_log_events(tmp_path):
     report = _probe(_LOG_EVENTS, {"OTEL_REPLAY_STORE": str(tmp_path)})
     assert report == {"providers": ["TracerProvider", "LoggerProvider"], "store": str(tmp_path)}

@@ -37,7 +37,7 @@ from tests.agents.duplicate_calls import (
     answer_to,
     fixture_name,
 )
-from tests.helpers import run_module
+from tests.helpers import needs_openai_v2, needs_openllmetry_anthropic, run_module
 
 OPENLLMETRY, ANTHROPIC_SDK = "opentelemetry.instrumentation.anthropic", "com.anthropic.sdk.python"
 OPENAI_V2, OPENINFERENCE = "opentelemetry.util.genai.handler", "openinference.instrumentation.openai"
@@ -117,7 +117,7 @@ def _check_run(store: Store, producers: set[str]) -> dict[str, Trajectory]:
 
 
 @pytest.mark.parametrize("sdk_content", [False, True], ids=["sdk-metadata-only", "sdk-content"])
-@pytest.mark.parametrize("source", list(SOURCES))
+@pytest.mark.parametrize("source", [pytest.param(s, marks=needs_openllmetry_anthropic) if s == "capture" else s for s in SOURCES])
 def test_openllmetry_anthropic_and_the_sdks_own_sibling_spans_are_one_step(tmp_path, source, sdk_content):
     store = SOURCES[source](tmp_path, "anthropic-openllmetry", sdk_content)
     runs = _check_run(store, {OPENLLMETRY, ANTHROPIC_SDK})
@@ -133,7 +133,7 @@ def test_openllmetry_anthropic_and_the_sdks_own_sibling_spans_are_one_step(tmp_p
     assert [(s.input_tokens, s.output_tokens) for s in runs["weather-agent"].steps if s.kind == "llm"] == [(120, 40), (160, 16)]
 
 
-@pytest.mark.parametrize("source", list(SOURCES))
+@pytest.mark.parametrize("source", [pytest.param(s, marks=needs_openai_v2) if s == "capture" else s for s in SOURCES])
 def test_openai_v2_and_openinference_on_one_client_are_one_step_per_call(tmp_path, source):
     store = SOURCES[source](tmp_path, "openai-openinference", False)
     runs = _check_run(store, {OPENAI_V2, OPENINFERENCE})

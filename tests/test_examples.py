@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import REPO
+from tests.helpers import REPO, needs_openai_v2
 
 ENV = {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}  # rich tables unwrapped in a pipe
 
@@ -21,12 +21,14 @@ def run_example(*args: str, timeout: float) -> str:
     return done.stdout
 
 
+@needs_openai_v2
 def test_support_agent_records_a_failing_run(tmp_path: Path) -> None:
     out = run_example("examples/support_agent.py", "--store", str(tmp_path / "store"), timeout=60)
     assert "FAILED" in out
     assert re.search(r"trace [0-9a-f]{32} recorded", out), out
 
 
+@needs_openai_v2
 def test_service_batch_names_the_lookup_decision_as_the_systematic_culprit(tmp_path: Path) -> None:
     out = run_example("examples/service/run_batch.py", "--store", str(tmp_path / "store"), timeout=120)
     answered = re.search(r"(\d+)/20 answers refunded correctly, (\d+) failed", out)
@@ -42,6 +44,7 @@ def test_service_batch_names_the_lookup_decision_as_the_systematic_culprit(tmp_p
     assert all(int(r[3]) == 0 for r in rows[1:]), table
 
 
+@needs_openai_v2
 def test_service_watch_attributes_each_failure_group_from_what_collect_received(tmp_path: Path) -> None:
     """run_watch.py without a backend: the service's OTLP reaches `collect`, and `watch --once`
     scores every request, attributes one trace per failure group and links the others."""

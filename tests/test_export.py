@@ -20,7 +20,9 @@ from otel_replay import Store
 from otel_replay.cli import main as cli
 from otel_replay.export.blame import blame_spans
 from otel_replay.export.job import stored_reports
-from tests.helpers import REPO
+from tests.helpers import REPO, needs_openai_v2
+
+pytestmark = needs_openai_v2  # every test here records or runs the demo's agent (openai-v2)
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,9 @@ from click.testing import CliRunner
 
 from otel_replay import ReplayProcessor, Store
 from otel_replay.cli import main as cli
-from tests.helpers import FIXTURES, chat_attributes, provider_with
+from tests.helpers import FIXTURES, chat_attributes, needs_openai_v2, provider_with
+
+pytestmark = needs_openai_v2  # every test here records or runs the demo's agent (openai-v2)
 
 
 def _modes(root) -> dict[str, list[str]]:

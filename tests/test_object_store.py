@@ -22,7 +22,7 @@ from otel_replay.store.compact import compact_store
 from otel_replay.store.ingest import ingest
 from otel_replay.store.layout import write_segment
 from otel_replay.store.schema import TABLES, schema_of
-from tests.helpers import REPO, chat_attributes, local_s3, provider_with
+from tests.helpers import REPO, chat_attributes, local_s3, needs_openai_v2, provider_with
 from tests.test_store import _chat_span
 
 s3fs = pytest.importorskip("s3fs", reason="the s3 extra: pip install 'otel-replay[s3,s3-test]'")
@@ -134,6 +134,7 @@ def _otel_replay(*args: str, env: dict[str, str]) -> str:
     return done.stdout
 
 
+@needs_openai_v2
 def test_s3_store_end_to_end_capture_cli_compact_and_attribution(bucket, s3_env, tmp_path):
     from otel_replay.attribution import Job, JobParams
     from otel_replay.testing import SimulatedModelServer

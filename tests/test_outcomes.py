@@ -12,6 +12,9 @@ from otel_replay import Store
 from otel_replay.cli import main as cli
 from otel_replay.testing.planted import TOPOLOGIES, record_planted
 from otel_replay.testing.support_agent import record_support_run
+from tests.helpers import needs_openai_v2
+
+pytestmark = needs_openai_v2  # every test here records or runs the demo's agent (openai-v2)
 
 DEMO_VERIFIER = "otel_replay.testing.support_agent:refunded"
 PLANTED = "otel_replay.testing.planted_policies:single-late"

@@ -34,6 +34,9 @@ from otel_replay.testing.planted import (
     record_planted,
     replay_model,
 )
+from tests.helpers import needs_openai_v2
+
+pytestmark = needs_openai_v2  # every test here records or runs the demo's agent (openai-v2)
 
 TOPOLOGY = TOPOLOGIES["single-late"]
 VERIFIER = "otel_replay.testing.planted:ok"

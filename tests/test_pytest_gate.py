@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from otel_replay import Store
-from tests.helpers import REPO
+from tests.helpers import REPO, needs_openai_v2
 
 pytest_plugins = ["pytester"]
 
@@ -40,6 +40,7 @@ def test_the_plugin_is_declared_for_pytest():
     assert f'[project.entry-points.pytest11]\notel_replay = "{PLUGIN}"\n' in (REPO / "pyproject.toml").read_text()
 
 
+@needs_openai_v2
 def test_the_failing_example_names_its_culprit_and_leaves_no_store(gate, tmp_path):
     pytester, temp = gate
     html = tmp_path / "reports"
@@ -65,6 +66,7 @@ def test_the_failing_example_names_its_culprit_and_leaves_no_store(gate, tmp_pat
     assert list(temp.iterdir()) == []  # each test's store is gone
 
 
+@needs_openai_v2
 def test_a_passing_test_is_only_captured_and_keep_leaves_its_store(gate):
     pytester, temp = gate
     result = pytester.runpytest_subprocess(*plugin_args(), "--otel-replay-keep", "-rA", "-p", "no:cacheprovider",

@@ -33,7 +33,7 @@ from otel_replay.testing.support_agent import (
     refunded,
     support_model,
 )
-from tests.helpers import REPO
+from tests.helpers import REPO, needs_openai_v2
 
 POLICIES = "otel_replay.testing.support_policies"
 VERIFIER = "otel_replay.testing.support_agent:refunded"
@@ -86,6 +86,7 @@ def jobs(support, tmp_path_factory):
     return run, json.loads(out.read_text()), by_spec, by_callables
 
 
+@needs_openai_v2
 def test_the_api_and_the_cli_write_the_same_rows_and_verdict(support, jobs):
     root, trace_id, _ = support
     run, cli_report, by_spec, by_callables = jobs
@@ -117,6 +118,7 @@ def test_the_api_and_the_cli_write_the_same_rows_and_verdict(support, jobs):
     assert again == by_callables and again.to_json() == by_callables.to_json()
 
 
+@needs_openai_v2
 def test_a_job_from_callables_resumes_only_from_python_given_them_again(support, jobs):
     root, _, server = support
     job_id = jobs[3].job_id
@@ -140,6 +142,7 @@ def test_a_job_from_callables_resumes_only_from_python_given_them_again(support,
     assert len(rows(root, "rollouts", ROLLOUT_COLUMNS, job_id)) == before  # every rollout was already there
 
 
+@needs_openai_v2
 def test_the_reports_are_the_ones_the_cli_writes(support, jobs, tmp_path):
     root, trace_id, _ = support
     result = jobs[3]
@@ -159,6 +162,7 @@ def test_the_reports_are_the_ones_the_cli_writes(support, jobs, tmp_path):
     jsonschema.validate(json.loads(result.to_json()), report_schema())
 
 
+@needs_openai_v2
 def test_attribute_async_runs_inside_a_running_event_loop(support, jobs):
     root, trace_id, server = support
 
@@ -183,6 +187,7 @@ def test_attribute_async_runs_inside_a_running_event_loop(support, jobs):
     assert rows(root, "rollouts", ROLLOUT_COLUMNS, result.job_id) == rows(root, "rollouts", ROLLOUT_COLUMNS, jobs[3].job_id)
 
 
+@needs_openai_v2
 def test_cancelling_attribute_async_leaves_a_resumable_job(support, jobs):
     root, trace_id, server = support
 
@@ -205,6 +210,7 @@ def test_cancelling_attribute_async_leaves_a_resumable_job(support, jobs):
     assert resumed.steps == jobs[3].steps and resumed.verdict == "culprit-found"
 
 
+@needs_openai_v2
 def test_bad_arguments_are_named(support):
     root, trace_id, server = support
     with pytest.raises(TypeError, match="unknown option.*max_policy_call\\b.*options are"):

@@ -41,7 +41,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from otel_replay import ReplayProcessor, Store
 from otel_replay.capture.receiver import OtlpReceiver
 from otel_replay.normalize.content import DETAILS_EVENT
-from tests.helpers import REPO, chat_attributes
+from tests.helpers import REPO, chat_attributes, needs_emit_keywords
 
 TRACE_ID = "5b8efff798038103d269b633813fc60c"
 
@@ -124,6 +124,7 @@ def assert_still_serving(rx: OtlpReceiver) -> None:
 
 
 # -- real exporters -------------------------------------------------------------------------------
+@needs_emit_keywords
 def test_http_exporters_spans_and_log_events_land_in_the_store(tmp_path):
     with OtlpReceiver(tmp_path, http_port=0, grpc_port=0) as rx:
         trace_id = send_agent_run(OTLPSpanExporter(endpoint=f"{rx.http_endpoint}/v1/traces"),
@@ -133,6 +134,7 @@ def test_http_exporters_spans_and_log_events_land_in_the_store(tmp_path):
 
 
 @pytest.mark.parametrize("compression", [Compression.Gzip, Compression.Deflate])
+@needs_emit_keywords
 def test_http_exporter_with_compression(tmp_path, compression):
     with OtlpReceiver(tmp_path, http_port=0, grpc_port=0) as rx:
         trace_id = send_agent_run(OTLPSpanExporter(endpoint=f"{rx.http_endpoint}/v1/traces", compression=compression),
@@ -140,6 +142,7 @@ def test_http_exporter_with_compression(tmp_path, compression):
     assert_stored_run(tmp_path, trace_id, with_logs=True)
 
 
+@needs_emit_keywords
 def test_grpc_exporters_spans_and_log_events_land_in_the_store(tmp_path):
     with OtlpReceiver(tmp_path, http_port=0, grpc_port=0) as rx:
         trace_id = send_agent_run(GrpcSpanExporter(endpoint=rx.grpc_endpoint, insecure=True),

@@ -51,7 +51,7 @@ from tests.harness.receiver_faults import (
     trace_hex,
     wait_until,
 )
-from tests.helpers import chat_attributes
+from tests.helpers import chat_attributes, needs_log_record_event_name
 from tests.test_receiver import assert_stored_run, json_trace, send_agent_run
 
 
@@ -228,6 +228,7 @@ def test_a_record_nested_past_the_protobuf_limit_costs_only_itself_over_http_and
         assert stored_names(tmp_path / store) == ["chat 0", "chat 2"]
 
 
+@needs_log_record_event_name
 def test_a_deep_log_record_or_resource_costs_only_itself():
     logs = ExportLogsServiceRequest()
     records = logs.resource_logs.add().scope_logs.add().log_records

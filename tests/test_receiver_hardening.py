@@ -39,7 +39,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_replay import ReplayProcessor, Store
 from otel_replay.capture.receiver import OtlpReceiver, is_loopback
 from otel_replay.capture.receiver_http import MAX_CONNECTIONS_PER_CLIENT
-from tests.helpers import REPO, chat_attributes
+from tests.helpers import REPO, chat_attributes, needs_http_retry_on_429
 from tests.test_receiver import assert_stored_run, json_trace, send_agent_run
 
 OTHER_CLIENT = "127.0.0.2"  # a second client address on loopback (Linux routes all of 127/8 to lo)
@@ -223,6 +223,7 @@ def test_a_client_over_its_rate_gets_429_with_retry_after_and_others_are_served(
     assert rx.throttled == statuses.count(429) + throttled
 
 
+@needs_http_retry_on_429
 def test_a_throttled_exporter_retries_and_every_span_it_was_told_succeeded_is_stored(tmp_path):
     memory = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource.create({"service.name": "busy"}))

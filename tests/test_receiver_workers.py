@@ -27,7 +27,7 @@ from otel_replay.capture.receiver import OtlpReceiver, ReceiverError
 from otel_replay.capture.receiver_decode import decode_body
 from otel_replay.capture.receiver_workers import BodyReader, add_stats
 from otel_replay.normalize.records import partition_of
-from tests.helpers import chat_attributes
+from tests.helpers import chat_attributes, needs_emit_keywords
 from tests.test_receiver import assert_stored_run, json_trace, post, send_agent_run
 
 ROWS = "select * exclude (ingested_ns) from {view} order by trace_id, span_id"
@@ -65,6 +65,7 @@ def many_traces_request(traces: int = 24, bad_every: int = 7) -> dict:
 
 
 # -- real exporters ---------------------------------------------------------------------------------
+@needs_emit_keywords
 def test_http_exporters_spans_and_their_log_events_land_whole_whichever_worker(pooled):
     endpoint = pooled.http_endpoint
     trace_ids = runs_on_both_workers(lambda: send_agent_run(OTLPSpanExporter(endpoint=f"{endpoint}/v1/traces"),
@@ -74,6 +75,7 @@ def test_http_exporters_spans_and_their_log_events_land_whole_whichever_worker(p
         assert_stored_run(pooled.store.local, trace_id, with_logs=True)
 
 
+@needs_emit_keywords
 def test_grpc_exporters_land_whole_whichever_worker(pooled):
     endpoint = pooled.grpc_endpoint
     trace_ids = runs_on_both_workers(lambda: send_agent_run(GrpcSpanExporter(endpoint=endpoint, insecure=True),

@@ -34,7 +34,7 @@ from otel_replay.replay.policies import Registry
 from otel_replay.replay.verify import verify_factual
 from otel_replay.store.ingest import ingest
 from tests.harness.traces import TraceBuilder
-from tests.helpers import chat_attributes, provider_with
+from tests.helpers import chat_attributes, needs_openai_v2, provider_with
 from tests.test_export import _attrs, _spans, attributed, export_over_http  # noqa: F401 - the demo attribution fixture
 
 OPENAI = "sk-proj-T3BlbkFJabcdefghijklmnop0123"
@@ -392,6 +392,7 @@ def _exported_strings(requests) -> str:
     return "\n".join(values)
 
 
+@needs_openai_v2
 def test_blame_export_carries_no_payload_unless_asked(attributed):  # noqa: F811 - the fixture
     store, job_id, report = attributed
     traj = Store(store).trajectory(report["trace_id"])

@@ -15,7 +15,7 @@ from otel_replay import ReplayPlan, Store, replay, replay_async
 from otel_replay.normalize.records import SpanRecord
 from otel_replay.replay.policies import Registry
 from otel_replay.store.ingest import ingest
-from tests.helpers import FIXTURES, REPO
+from tests.helpers import FIXTURES, REPO, needs_openai_v2
 
 T0 = 1_767_225_600_000_000_000
 
@@ -365,6 +365,7 @@ def test_a_tool_call_that_failed_in_the_recording_is_held_as_failed(tmp_path):
     assert run.final_output == "Sorry, the weather service failed."
 
 
+@needs_openai_v2
 def test_a_sub_agents_new_answer_reaches_the_parent_through_the_tool_it_ran_under(tmp_path):
     from otel_replay.testing import SimulatedModelServer
     from otel_replay.testing.planted import (

@@ -17,7 +17,7 @@ from otel_replay.replay.builtin.wire import from_anthropic_content, to_anthropic
 from otel_replay.replay.policies import Registry
 from otel_replay.testing import SimulatedModelServer
 from otel_replay.testing.support_agent import TOOL_FUNCTIONS, TOOLS, refunded, support_model
-from tests.helpers import REPO
+from tests.helpers import REPO, needs_openai_v2
 
 POLICIES = "otel_replay.testing.support_policies"
 
@@ -46,6 +46,7 @@ def cli_run(store, *args):
     return CliRunner().invoke(cli, ["--store", str(store), *args])
 
 
+@needs_openai_v2
 def test_the_example_records_the_planted_failure(recorded):
     store, trace_id = recorded
     traj = Store(store).trajectory(trace_id)
@@ -55,6 +56,7 @@ def test_the_example_records_the_planted_failure(recorded):
     assert traj.steps[0].tools == ()  # openai-v2 2.4b0 does not record tool definitions: policies supply them
 
 
+@needs_openai_v2
 def test_replay_command_proves_factual_replay(recorded):
     store, trace_id = recorded
     out = cli_run(store, "replay", trace_id)
@@ -62,6 +64,7 @@ def test_replay_command_proves_factual_replay(recorded):
     assert "reproduced bit for bit: 3 steps, 0 policy calls" in out.output
 
 
+@needs_openai_v2
 def test_builtin_openai_policy_against_the_simulated_server(recorded):
     store, trace_id = recorded
     traj = Store(store).trajectory(trace_id)
@@ -78,6 +81,7 @@ def test_builtin_openai_policy_against_the_simulated_server(recorded):
     assert sum(late) == 0  # re-deciding only the last step cannot: the lookup already went wrong
 
 
+@needs_openai_v2
 def test_fork_stores_a_linked_child_and_diff_finds_the_divergence(recorded):
     store, trace_id = recorded
     out = cli_run(store, "fork", trace_id, "--at", "0", "--do",
@@ -105,6 +109,7 @@ def test_fork_stores_a_linked_child_and_diff_finds_the_divergence(recorded):
     (["fork", "TRACE", "--at", "0", "--resample"], "no llm policy"),
     (["diff", "TRACE", "f" * 32], "no trace"),
 ])
+@needs_openai_v2
 def test_bad_input_is_a_clear_error_and_writes_nothing(recorded, args, message):
     store, trace_id = recorded
     before = sorted(p.name for p in store.glob("*/*/*.parquet"))
@@ -114,6 +119,7 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(recorded, args, message):
     assert sorted(p.name for p in store.glob("*/*/*.parquet")) == before
 
 
+@needs_openai_v2
 def test_a_policy_returning_the_wrong_type_fails_the_fork_cleanly(recorded, tmp_path, monkeypatch):
     store, trace_id = recorded
     (tmp_path / "bad_policies.py").write_text(

@@ -36,7 +36,9 @@ from otel_replay.testing.model import ChatRequest, SimulatedModel, ToolCall
 from otel_replay.testing.planted import Topology, planted_registry, record_planted, replay_model
 from otel_replay.testing.recording import recording, run_tool_loop
 from otel_replay.trajectory import Store
-from tests.helpers import REPO
+from tests.helpers import REPO, needs_openai_v2
+
+pytestmark = needs_openai_v2  # every test here records or runs the demo's agent (openai-v2)
 
 CHROMIUM = next((p for p in (shutil.which("chromium"), shutil.which("chromium-browser"), shutil.which("google-chrome"))
                  if p), None)

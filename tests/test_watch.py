@@ -26,7 +26,7 @@ from otel_replay.attribution.ledger import HOUR_NS, Ledger
 from otel_replay.attribution.outcomes import output_hash
 from otel_replay.cli import main as cli
 from otel_replay.testing.planted import TOPOLOGIES, record_planted
-from tests.helpers import REPO
+from tests.helpers import REPO, needs_openai_v2
 
 POLICIES_SPEC = "otel_replay.testing.planted_policies:single-late"
 WATCH = ["watch", "--once", "--settle", "0", "--expect-contains", "OK", "--json"]
@@ -101,6 +101,7 @@ def cli_watch(root, *args: str) -> str:
     return out.output
 
 
+@needs_openai_v2
 def test_watch_once_attributes_one_trace_per_group_links_the_rest_and_a_second_run_does_nothing(tmp_path):
     root = tmp_path / "store"
     grouped = record(root, "shop", seeds=3)  # three identical failures: one group
@@ -128,6 +129,7 @@ def test_watch_once_attributes_one_trace_per_group_links_the_rest_and_a_second_r
     assert len(status) == 1 and status[0]["attributed"] == status[0]["linked"] == 0
 
 
+@needs_openai_v2
 def test_the_outcome_a_watcher_scores_is_the_one_the_job_scores(tmp_path):
     root = tmp_path / "store"
     record(root, "shop")
@@ -174,6 +176,7 @@ SUBPROCESS_WATCH = ["watch", "--settle", "0", "--expect-contains", "OK", "--poli
                     "--json", "--seed", "5"]
 
 
+@needs_openai_v2
 def test_a_watcher_killed_mid_job_resumes_on_restart_to_the_uninterrupted_results(tmp_path, modules):
     root, reference = tmp_path / "store", tmp_path / "reference"
     record(root, "shop")
@@ -203,6 +206,7 @@ def test_a_watcher_killed_mid_job_resumes_on_restart_to_the_uninterrupted_result
     assert open_grants.column("n")[0].as_py() == 0
 
 
+@needs_openai_v2
 def test_sigterm_stops_the_watcher_cleanly_and_the_job_resumes(tmp_path, modules):
     root = tmp_path / "store"
     traces = record(root, "shop", "bank")
@@ -244,6 +248,7 @@ def race(tmp_path, modules, n: int) -> None:
     assert set(per_job.to_pylist()) == {1}
 
 
+@needs_openai_v2
 def test_two_watchers_racing_attribute_each_trace_exactly_once(tmp_path, modules):
     race(tmp_path, modules, 6)
 
@@ -253,6 +258,7 @@ def test_two_watchers_racing_on_fifty_failing_traces_attribute_each_exactly_once
     race(tmp_path, modules, 50)
 
 
+@needs_openai_v2
 def test_an_hourly_budget_pauses_a_job_and_the_resumed_job_ends_as_an_unconstrained_one(tmp_path):
     root, reference = tmp_path / "store", tmp_path / "reference"
     traces = record(root, "shop", "bank")

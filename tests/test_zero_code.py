@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from otel_replay import Store
-from tests.helpers import REPO
+from tests.helpers import REPO, needs_openai_v2
 
 INSTRUMENT = Path(sys.executable).with_name("opentelemetry-instrument")
 APP = REPO / "examples" / "service" / "app_zero_code.py"
@@ -87,6 +87,7 @@ def _check_steps_have_payloads(store: Store, trace_id: str) -> list[str]:
     return [span_id for s in steps for span_id in s.span_ids]
 
 
+@needs_openai_v2
 def test_opentelemetry_instrument_captures_the_service_with_no_code_change(tmp_path):
     store_dir = tmp_path / "store"
     env = _env(OTEL_TRACES_EXPORTER="otel_replay", OTEL_SERVICE_NAME="support-service",
@@ -118,6 +119,7 @@ class _OtlpSink(BaseHTTPRequestHandler):
         return None
 
 
+@needs_openai_v2
 def test_beside_the_otlp_exporter_both_get_every_genai_span(tmp_path):
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
