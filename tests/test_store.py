@@ -145,3 +145,14 @@ def test_what_is_already_stored_is_asked_only_of_a_store_with_spans(tmp_path):
     assert existing_span_ids(root, [f"{1:032x}"]) == set()
     ingest(root, [_chat_span(1, 1, [{"role": "user", "parts": [{"type": "text", "content": "hi"}]}])], source="test")
     assert existing_span_ids(root, [f"{1:032x}", f"{2:032x}"]) == {(f"{1:032x}", f"{1:016x}")}
+
+
+def test_integers_past_64_bits_keep_every_digit_through_the_store(tmp_path):
+    """orjson reads such an integer as a float; the parse falls back to the json module for it."""
+    history = [{"role": "assistant", "parts": [{"type": "tool_call", "id": "a", "name": "f",
+                "arguments": {"big": 2**70, "low": -(2**64), "small": 5, "real": 1e300}}]}]
+    ingest(tmp_path, [_chat_span(7, 1, history)], source="test", privacy=None)
+    (step,) = Store(tmp_path).trajectory(f"{7:032x}").steps
+    arguments = step.inputs[0]["parts"][0]["arguments"]
+    assert arguments == {"big": 2**70, "low": -(2**64), "small": 5, "real": 1e300}
+    assert type(arguments["big"]) is int and type(arguments["low"]) is int

@@ -63,13 +63,34 @@ def parse_json(value: Any) -> Any:
     """Parse a JSON string; anything else (or invalid JSON) is returned unchanged."""
     if isinstance(value, (str, bytes)):
         try:
-            return orjson.loads(value)
+            parsed = orjson.loads(value)
+            # orjson reads an integer past 64 bits as a float, losing digits: the json module keeps it
+            return json.loads(value) if _holds_huge_float(parsed) else parsed
         except orjson.JSONDecodeError:
             try:  # orjson rejects lone surrogates and NaN, which the json module reads
                 return json.loads(value)
             except (ValueError, RecursionError):
                 return value
     return value
+
+
+_HUGE = float(2**63)
+
+
+def _holds_huge_float(value: Any) -> bool:
+    """Whether a parsed JSON value holds a float of magnitude 2**63 or more anywhere (the form orjson
+    gives an integer it cannot hold in 64 bits). Iterative: no recursion limit to hit."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = item.__class__
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif kind is float and not -_HUGE < item < _HUGE:
+            return True
+    return False
 
 
 def _drop_nulls(mapping: Mapping[str, Any]) -> Any:
