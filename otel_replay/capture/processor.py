@@ -19,6 +19,7 @@ from pathlib import Path
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import SpanContext
 
 from otel_replay.capture.queue import SpanQueue
 from otel_replay.capture.sizing import (
@@ -104,9 +105,10 @@ def sdk_layout_ok() -> bool:
             return False
         # the fields `on_end` reads, spelled as it spells them (getattr: their declared types are looser)
         attrs, events, link = getattr(child._attributes, "_dict", None), getattr(child._events, "_dq", ()), child._parent  # noqa: SLF001
+        remote = SpanContext(trace_id=1, span_id=1, is_remote=True)  # `is_remote` is at [2] both ways
         return (attrs == dict(child.attributes or {}) and [e.name for e in events] == [e.name for e in child.events]
                 and link is not None and link == parent.get_span_context() and link.is_remote is False
-                and link[2] is False)
+                and link[2] is False and remote[2] is True)
     except Exception:  # noqa: BLE001 - any difference at all: take the public surfaces
         return False
 
@@ -232,9 +234,12 @@ class ReplayProcessor(SpanProcessor):
                     attrs = _attribute_dict(span)
             else:
                 attrs = span.attributes or {}
+            # A local child without a marker is not kept. The parent's field and its `is_remote` by
+            # position (both checked by `sdk_layout_ok`) save ~80 ns of an ignored span's ~270 ns:
+            # the `parent` and `is_remote` properties cost 41 and 37 ns more (timeit, CPython 3.11).
             if _unmarked(attrs):
-                parent = span.parent
-                if parent is not None and not parent.is_remote:
+                parent = span._parent if PRIVATE_LAYOUT else span.parent  # noqa: SLF001
+                if parent is not None and not (parent[2] if PRIVATE_LAYOUT else parent.is_remote):
                     return
             if state is SHEDDING:
                 self._drops.cell.n += 1  # this thread's own tally (`Tally`): no lock, no lost update
