@@ -36,6 +36,7 @@ def needs(distribution: str, minimum: str, what: str) -> pytest.MarkDecorator:
 needs_openai_v2 = needs("opentelemetry-api", "1.43",  # util-genai 1.1b0: opentelemetry-api~=1.43
                         "the demo's and the examples' instrumentation, opentelemetry-instrumentation-openai-v2==2.4b0 "
                         "with opentelemetry-util-genai==1.1b0,")
+needs_util_genai = needs("opentelemetry-api", "1.43", "opentelemetry-util-genai==1.1b0")
 needs_openllmetry_anthropic = needs("opentelemetry-semantic-conventions", "0.63b1",
                                     "OpenLLMetry's opentelemetry-instrumentation-anthropic==0.62.4")
 needs_emit_keywords = needs("opentelemetry-sdk", "1.38", "Logger.emit(event_name=..., attributes=...)")

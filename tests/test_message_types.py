@@ -36,7 +36,7 @@ from otel_replay.normalize.sources.files import read
 from otel_replay.replay import replay
 from otel_replay.store.ingest import ingest
 from otel_replay.trajectory import Step, Trajectory
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, needs_util_genai
 
 # --- every recorded convention --------------------------------------------------------------------
 
@@ -316,6 +316,7 @@ def test_generated_messages_survive_the_store(tmp_path_factory: pytest.TempPathF
 # --- opentelemetry.util.genai.types ---------------------------------------------------------------
 
 
+@needs_util_genai
 @given(MESSAGES)
 def test_util_genai_round_trip(message: dict[str, Any]) -> None:
     from opentelemetry.util.genai import types as genai
@@ -330,6 +331,7 @@ def test_util_genai_round_trip(message: dict[str, Any]) -> None:
     assert from_genai(as_output) == message
 
 
+@needs_util_genai
 def test_util_genai_objects_of_each_kind() -> None:
     from opentelemetry.util.genai import types as genai
 
