@@ -18,6 +18,7 @@ from otel_replay.normalize.messages import (
     canonical_tool_definitions,
     finish_reason_of,
     from_openai_message,
+    messages_from_json,
     parse_json,
 )
 from otel_replay.normalize.records import LogEvent, SpanRecord
@@ -53,12 +54,23 @@ def from_semconv_attributes(attrs: Mapping[str, Any]) -> tuple[StepContent, list
     raw_in, raw_out = get("gen_ai.input.messages"), get("gen_ai.output.messages")
     system, tools = get("gen_ai.system_instructions"), get("gen_ai.tool.definitions")
     # JSON text parsed here is this step's own: canonicalized in place, not copied
-    owned_in, owned_out = raw_in.__class__ in _TEXT, raw_out.__class__ in _TEXT
-    if raw_out is not None:
-        raw_out = parse_json(raw_out)
+    inputs: list[Message]
+    outputs: list[Message]
+    if raw_in is None:
+        inputs = []
+    elif isinstance(raw_in, _TEXT):
+        inputs = messages_from_json(raw_in)[0]
+    else:
+        inputs = canonical_messages(raw_in)
+    if raw_out is None:
+        outputs = []
+    elif isinstance(raw_out, _TEXT):
+        outputs, raw_out = messages_from_json(raw_out)
+    else:
+        outputs = canonical_messages(raw_out)
     content = StepContent(  # (an absent attribute reads as [] without the calls)
-        inputs=canonical_messages(parse_json(raw_in), owned_in) if raw_in is not None else [],
-        outputs=canonical_messages(raw_out, owned_out) if raw_out is not None else [],
+        inputs=inputs,
+        outputs=outputs,
         system=canonical_system(parse_json(system)) if system is not None else [],
         tools=canonical_tool_definitions(parse_json(tools)) if tools is not None else [],
     )
