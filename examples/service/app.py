@@ -68,8 +68,10 @@ class SupportService:
     def asgi(self) -> Any:
         """The app as served: wrapped in the real ASGI instrumentation, which opens the SERVER span."""
         from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+        from opentelemetry.util.http import parse_excluded_urls
 
-        return OpenTelemetryMiddleware(self, excluded_urls="healthz", tracer_provider=self.provider,
+        # parsed here: instrumentation-asgi before 0.56b0 takes only the parsed list
+        return OpenTelemetryMiddleware(self, excluded_urls=parse_excluded_urls("healthz"), tracer_provider=self.provider,
                                        exclude_spans=["receive", "send"])
 
     def close(self) -> None:
