@@ -191,7 +191,8 @@ def messages_from_json(text: str | bytes) -> tuple[list[Message], Any]:
     bits (~2 µs for 4 KB of messages). Here each message is checked on the bytes `canonical_messages`
     serializes it to anyway (its memo key): such a float is written with an exponent ('e+'), so only
     a message whose bytes hold a '+' is walked, and one holding such a float sends the whole text
-    back through `parse_json`'s rules (the json module), before any of its messages is kept.
+    back through `parse_json`'s rules (the json module). The messages before it have then been seen
+    once more by the memo (one may be memoized sooner): the same values either way.
     """
     try:
         parsed = orjson.loads(text)
