@@ -174,7 +174,7 @@ class ReplayProcessor(SpanProcessor):
                                      markers=MARKERS, privacy=self.privacy, on_room=self._room_callback(),
                                      yield_gil=self._yield_gil)
         self._wake = self._writer.wake
-        self._drops = self._queue.drops.local  # `on_end` counts a drop in `self._drops.cell.n`
+        self._drop_ticks = self._queue.drops.counter  # `on_end` counts a drop with `next()` of it
         queue = self._queue
         wake_at = min(2000, max_spans // 2 or 1)  # queued spans that wake the writer early
         self._admit = (queue, queue.items, queue.append, queue.acquire, queue.release_lock, queue.max_items,
@@ -220,8 +220,9 @@ class ReplayProcessor(SpanProcessor):
         # -> 1.02-1.03 µs (1.49-1.60x -> 1.80-1.84x BatchSpanProcessor); ignored span 0.26-0.27 ->
         # 0.26-0.27 µs (unchanged); a drop 0.11-0.12 -> 0.17-0.18 µs. Timed in one process (150
         # alternating rounds of 1000 calls): GenAI +21%, of which the queue's lock ~13% and the rest
-        # reading state and queue through `self`; a drop +0.06 µs (its per-thread tally ~0.035 µs).
-        # Within the targets (docs/benchmarks/capture.md); the price of one method and of counters
+        # reading state and queue through `self`; a drop +0.06 µs with a per-thread tally, +0.03 µs
+        # since drops tick an `itertools.count` (`tally.Ticker`: 0.15 µs in `--quick` on a quiet
+        # machine; the same machine, a minute later and busy, read 0.24-0.28). Within the targets (docs/benchmarks/capture.md); the price of one method and of counters
         # and caps that hold without the GIL.
         state = self._state
         if state is SHUT_DOWN:
@@ -242,7 +243,7 @@ class ReplayProcessor(SpanProcessor):
                 if parent is not None and not (parent[2] if PRIVATE_LAYOUT else parent.is_remote):
                     return
             if state is SHEDDING:
-                self._drops.cell.n += 1  # this thread's own tally (`Tally`): no lock, no lost update
+                next(self._drop_ticks)  # atomic (`tally.Ticker`): no lock, no lost update
                 return
             # Honest for every convention: every string value counts what it occupies (sizing.py).
             size = SPAN_OVERHEAD + ATTRIBUTE_OVERHEAD * len(attrs) + sum(map(STR_SIZE, filter(IS_STR, attrs.values())))
@@ -267,7 +268,7 @@ class ReplayProcessor(SpanProcessor):
             finally:
                 release()
             if not room:
-                self._drops.cell.n += 1
+                next(self._drop_ticks)
                 if queued >= max_items:  # full by count, not only by bytes: shed
                     self._begin_shedding()
             elif queued >= wake_at:

@@ -4,8 +4,8 @@ Bounded by count and by an estimate of bytes. Producers (the service's threads, 
 admit items under one short lock, so the count and byte checks and the append are one step and
 `bytes_in` loses no update; the consumer (the writer thread) takes items without it and alone
 updates `bytes_out`. The difference is the bytes held. An item's bytes stay held after `take`
-until the writer `release`s them (its rows were written or given up). Drops are counted in a
-per-thread `Tally` (no lock: the shedding path counts one per span). The queue admits only its
+until the writer `release`s them (its rows were written or given up). Drops are counted by a
+`Ticker` (no lock: the shedding path counts one per span). The queue admits only its
 share of the byte cap (`sizing.MemoryBudget`): the rest is reserved for writing a batch and for
 the writer's caches, so the cap bounds everything capture holds in memory, not only what waits.
 """
@@ -17,7 +17,7 @@ import threading
 from typing import Any
 
 from otel_replay.capture.sizing import MemoryBudget
-from otel_replay.capture.tally import Tally
+from otel_replay.capture.tally import Ticker
 
 
 class SpanQueue:
@@ -35,7 +35,7 @@ class SpanQueue:
         self.max_bytes = self.budget.queue_bytes  # what `put` and `offer_all` admit
         self.bytes_in = 0  # changed under `_lock` only
         self.bytes_out = 0  # changed by the consumer only
-        self.drops = Tally()  # items refused because the queue was full
+        self.drops = Ticker()  # items refused because the queue was full
 
     def __len__(self) -> int:
         return len(self.items)
@@ -68,7 +68,7 @@ class SpanQueue:
         finally:
             self.release_lock()
         if not queued:
-            self.drops.local.cell.n += 1
+            next(self.drops.counter)
         return queued
 
     def offer_all(self, items: list[tuple[Any, int]]) -> bool:
