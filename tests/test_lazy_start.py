@@ -1,5 +1,6 @@
-"""A service's start: importing and creating the processor loads neither pyarrow nor DuckDB on
-the caller's thread (the writer thread loads what writing needs)."""
+"""A service's start: importing and creating the processor loads neither pyarrow nor DuckDB, nor
+the normalize pipeline and the redaction detectors, on the caller's thread (the writer thread loads
+what writing needs)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from tests.helpers import REPO
 _PROBE = r"""
 import json, sys, threading
 heavy = ("pyarrow", "duckdb", "numpy", "scipy")
+ours = ("otel_replay.normalize.pipeline", "otel_replay.normalize.privacy", "otel_replay.normalize.redact",
+        "otel_replay.normalize.detectors", "otel_replay.normalize.conventions")
 seen = []
 main = threading.get_ident()
 def hook(event, args):
-    if event == "import" and threading.get_ident() == main and args[0].split(".")[0] in heavy:
+    if event == "import" and threading.get_ident() == main and (args[0].split(".")[0] in heavy or args[0] in ours):
         seen.append(args[0])
 sys.addaudithook(hook)
 from otel_replay import ReplayProcessor

@@ -173,16 +173,17 @@ def test_shedding_begun_in_a_race_with_the_writer_does_not_stick(tmp_path):
 
 
 def test_a_span_the_pipeline_cannot_take_is_skipped_alone(tmp_path, monkeypatch):
-    from otel_replay.capture import writer as capture_writer
+    # the writer takes normalize_span from here for each batch
+    from otel_replay.normalize import pipeline
 
-    real = capture_writer.normalize_span
+    real = pipeline.normalize_span
 
     def picky(span, logs=()):
         if span.name == "chat broken":
             raise RuntimeError("cannot normalize")
         return real(span, logs)
 
-    monkeypatch.setattr(capture_writer, "normalize_span", picky)
+    monkeypatch.setattr(pipeline, "normalize_span", picky)
     processor = ReplayProcessor(tmp_path, flush_interval_s=60)
     tracer = provider_with(processor).get_tracer("t")
     for name in ("chat m", "chat broken", "chat m"):

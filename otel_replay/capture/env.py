@@ -13,12 +13,14 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from otel_replay.errors import OtelReplayError
-from otel_replay.normalize.redact import RedactionConfigError, Redactor
 from otel_replay.normalize.step import STEP_KINDS
 from otel_replay.store.location import STORE_ENV, StoreLocation
+
+if TYPE_CHECKING:
+    from otel_replay.normalize.redact import Redactor
 
 STORE = STORE_ENV
 """Store directory or URL (`s3://bucket/prefix`, ...). Default: ./otel-replay-store."""
@@ -135,6 +137,9 @@ def _payloads(text: str) -> bool | dict[str, bool]:
 
 
 def _rules(text: str) -> Redactor:
+    # the detectors load only where a rules file is given
+    from otel_replay.normalize.redact import RedactionConfigError, Redactor
+
     try:
         return Redactor.from_file(text)
     except RedactionConfigError as exc:  # names the file and the field; YAML errors span lines

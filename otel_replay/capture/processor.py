@@ -16,6 +16,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
@@ -32,10 +33,12 @@ from otel_replay.capture.sizing import (
 )
 from otel_replay.capture.tally import SharedCount
 from otel_replay.capture.writer import CaptureWriter
-from otel_replay.normalize.privacy import Privacy
+from otel_replay.normalize.privacy_settings import PrivacySettings
 from otel_replay.normalize.records import LogEvent, SpanRecord
-from otel_replay.normalize.redact import Redactor
 from otel_replay.store.location import StoreLocation
+
+if TYPE_CHECKING:
+    from otel_replay.normalize.redact import Redactor
 
 # A span is captured when it carries one of these keys (GenAI semconv, OpenInference, OpenLLMetry,
 # Langfuse), or when it is a root span (kept only if its trace had such spans).
@@ -151,7 +154,8 @@ class ReplayProcessor(SpanProcessor):
         if flush_interval_s <= 0 or flush_rows <= 0:
             raise ValueError("flush_interval_s and flush_rows must be positive")
         self.store = StoreLocation.of(store)
-        self.privacy = Privacy(redact, capture_payloads)  # raises ValueError now, never on the writer
+        # checked now (ValueError in this call), built by the writer thread: the detectors load there
+        self.privacy = PrivacySettings(redact, capture_payloads)
         self._options = (max_queue_spans, max_queue_bytes, flush_interval_s, flush_rows)
         self._yield_gil = yield_gil
         self._state = ACCEPTING  # read by every `on_end`; changed only under `_routing`

@@ -35,15 +35,19 @@ from opentelemetry.sdk.trace import ReadableSpan
 from otel_replay.capture.queue import SpanQueue  # noqa: I001
 from otel_replay.capture.sizing import record_size
 from otel_replay.normalize.content_settings import content_setting_hint
-from otel_replay.normalize.pipeline import NormalizedSpan, join_logs, normalize_span
-from otel_replay.normalize.privacy import DEFAULT_PRIVACY
+from otel_replay.normalize.privacy_settings import PrivacySettings
 from otel_replay.normalize.records import LogEvent, SpanRecord
 from otel_replay.normalize.sources.sdk import log_from_sdk, span_from_sdk
 from otel_replay.store.location import StoreLocation
 from otel_replay.store.rows import RowBatch, RowBuilder
 
-if TYPE_CHECKING:  # pyarrow and the Parquet writer load on the writer thread (`load_for_writing`)
+if TYPE_CHECKING:  # these load on the writer thread (`load_for_writing`): the normalize pipeline and the
+    # redaction detectors, pyarrow and the Parquet writer
+    from otel_replay.normalize.pipeline import NormalizedSpan
     from otel_replay.store.writer import ArrowParts, Pace
+
+Redaction = Callable[["NormalizedSpan"], "NormalizedSpan"]
+DEFAULT_SETTINGS = PrivacySettings()  # the built-in detectors, every payload
 
 logger = logging.getLogger("otel_replay")
 
@@ -87,6 +91,8 @@ def load_for_writing(root: StoreLocation | None = None) -> None:
         return
     with _loading:
         if _loaded_in is None:
+            import otel_replay.normalize.pipeline
+            import otel_replay.normalize.privacy  # noqa: F401 - loaded here, used by `_process` and `Privacy`
             from otel_replay.store.writer import warm_up
 
             warm_up()
@@ -153,7 +159,7 @@ class CaptureWriter:
 
     def __init__(self, root: StoreLocation, queue: SpanQueue, *, flush_interval_s: float, flush_rows: int,
                  markers: frozenset[str],
-                 privacy: Callable[[NormalizedSpan], NormalizedSpan] | None = DEFAULT_PRIVACY,
+                 privacy: Redaction | PrivacySettings | None = DEFAULT_SETTINGS,
                  on_room: Callable[[], None] | None = None, yield_gil: bool = True) -> None:
         self.root = root
         self._write_pace: Pace = self._pace
@@ -161,7 +167,9 @@ class CaptureWriter:
             self._pace = _run_on  # type: ignore[method-assign]
             self._write_pace = None
         self._on_room = on_room  # told each time spans were taken: the producer may have stopped accepting
-        self._privacy = privacy  # redaction and payload switches, applied here: never on the service's thread
+        # redaction and payload switches, applied here, never on the service's thread; settings are
+        # built into a `Privacy` by the writer thread (`_privacy_now`)
+        self._privacy: Redaction | PrivacySettings | None = privacy
         self.queue = queue
         self.flush_interval_s = flush_interval_s
         self.flush_rows = flush_rows
@@ -348,6 +356,10 @@ class CaptureWriter:
                 self._count(f"unreadable span: {type(exc).__name__}")
         if not spans:
             return
+        # loaded by `load_for_writing`; looked up once a batch
+        from otel_replay.normalize.pipeline import join_logs, normalize_span
+
+        self._privacy_now()
         traces = {s.trace_id for s in spans}
         logs = [log for _, log, _ in self._pending_logs.values() if log.trace_id in traces]
         grouped, unmatched = join_logs(spans, logs)  # normalize_spans, one span at a time (below)
@@ -385,11 +397,16 @@ class CaptureWriter:
             )
         if self._privacy is not None:
             known = len(item.problems)
-            item = self._privacy(item)
+            item = self._privacy(item)  # type: ignore[operator]  # built by `_process` (`_privacy_now`)
             for problem in item.problems[known:]:  # a rule failed: the span was stored without content
                 self._count(problem.split(":")[0])
                 self._warn(f"otel-replay: span {item.span.span_id}: {problem}", key=problem.split(":")[0])
         self._builder.add(self._batch, item, now_ns)
+
+    def _privacy_now(self) -> None:
+        """Build the `Privacy` this writer was given the settings of (once, on the writer thread)."""
+        if isinstance(self._privacy, PrivacySettings):
+            self._privacy = self._privacy.build()
 
     def _keep(self, record: SpanRecord) -> bool:
         """GenAI spans always; another span (a root, an ancestor) only if its trace had GenAI spans."""

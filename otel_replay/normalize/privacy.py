@@ -19,6 +19,7 @@ from typing import Any
 from otel_replay.normalize.content import CONTENT_EVENTS
 from otel_replay.normalize.conventions import ADAPTERS
 from otel_replay.normalize.pipeline import NormalizedSpan
+from otel_replay.normalize.privacy_settings import check_redact
 from otel_replay.normalize.records import SpanEvent, SpanRecord
 from otel_replay.normalize.redact import NONE, Redactor, joined_text, payload_switches
 from otel_replay.normalize.step import NormalizedStep, StepContent
@@ -75,13 +76,8 @@ class Privacy:
 
     def __init__(self, redact: Redactor | bool | None = True,
                  capture_payloads: bool | Mapping[str, bool] = True) -> None:
-        if redact is True:
-            redact = Redactor()
-        elif redact is False:
-            redact = None
-        if redact is not None and not isinstance(redact, Redactor):
-            raise ValueError(f"redact must be a Redactor, True or False, got {redact!r}")
-        self.redactor: Redactor | None = redact
+        check_redact(redact)
+        self.redactor = redact if isinstance(redact, Redactor) else (Redactor() if redact is True else None)
         self.payloads = payload_switches(capture_payloads)
         self._all_payloads = all(self.payloads.values())
         self._any_payloads = any(self.payloads.values())

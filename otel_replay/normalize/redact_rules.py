@@ -16,7 +16,7 @@ from typing import Any
 
 from otel_replay.errors import OtelReplayError
 from otel_replay.normalize.detectors import BUILTINS
-from otel_replay.normalize.step import STEP_KINDS
+from otel_replay.normalize.step import STEP_KINDS, payload_switches  # noqa: F401 - re-exported
 
 PLACEHOLDER = "[REDACTED:{name}]"
 
@@ -118,18 +118,3 @@ def import_function(spec: str) -> Callable[[str], str]:
     return fn
 
 
-def payload_switches(capture_payloads: bool | Mapping[str, bool]) -> dict[str, bool]:
-    """`capture_payloads` as kind -> bool; kinds a mapping does not name keep their payloads."""
-    if isinstance(capture_payloads, bool):
-        return dict.fromkeys(STEP_KINDS, capture_payloads)
-    if not isinstance(capture_payloads, Mapping):
-        raise ValueError(f"capture_payloads must be True, False or a mapping of step kind to bool, "
-                         f"got {capture_payloads!r}")
-    unknown = set(capture_payloads) - set(STEP_KINDS)
-    if unknown:
-        raise ValueError(f"capture_payloads: unknown step kind(s) {', '.join(map(str, sorted(unknown, key=str)))}; "
-                         f"the kinds are {', '.join(STEP_KINDS)}")
-    bad = [k for k, v in capture_payloads.items() if not isinstance(v, bool)]
-    if bad:
-        raise ValueError(f"capture_payloads: the value for {bad[0]!r} must be True or False")
-    return {kind: capture_payloads.get(kind, True) for kind in STEP_KINDS}

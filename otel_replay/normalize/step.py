@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,6 +11,23 @@ from otel_replay.normalize.messages import Message, Part
 LLM_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion"})
 AGENT_OPERATIONS = frozenset({"invoke_agent", "create_agent", "invoke_workflow"})
 STEP_KINDS = ("llm", "tool", "retrieval", "embedding", "agent")
+
+
+def payload_switches(capture_payloads: bool | Mapping[str, bool]) -> dict[str, bool]:
+    """`capture_payloads` as kind -> bool; kinds a mapping does not name keep their payloads."""
+    if isinstance(capture_payloads, bool):
+        return dict.fromkeys(STEP_KINDS, capture_payloads)
+    if not isinstance(capture_payloads, Mapping):
+        raise ValueError(f"capture_payloads must be True, False or a mapping of step kind to bool, "
+                         f"got {capture_payloads!r}")
+    unknown = set(capture_payloads) - set(STEP_KINDS)
+    if unknown:
+        raise ValueError(f"capture_payloads: unknown step kind(s) {', '.join(map(str, sorted(unknown, key=str)))}; "
+                         f"the kinds are {', '.join(STEP_KINDS)}")
+    bad = [k for k, v in capture_payloads.items() if not isinstance(v, bool)]
+    if bad:
+        raise ValueError(f"capture_payloads: the value for {bad[0]!r} must be True or False")
+    return {kind: capture_payloads.get(kind, True) for kind in STEP_KINDS}
 
 
 def kind_of_operation(operation: str | None) -> str | None:

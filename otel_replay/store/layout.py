@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 import os
-import secrets
 import socket
 import time
 from collections.abc import Callable
@@ -74,7 +73,7 @@ def _process_tag() -> str:
     global _tag
     pid = os.getpid()
     if _tag[0] != pid:  # a forked child draws its own
-        _tag = (pid, secrets.token_hex(3))
+        _tag = (pid, os.urandom(3).hex())  # what secrets.token_hex(3) is, without loading hmac and hashlib
     return _tag[1]
 
 

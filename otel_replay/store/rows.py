@@ -14,14 +14,16 @@ import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from xxhash import xxh3_128_hexdigest
 
 from otel_replay.normalize.messages import canonical_bytes, is_shared
-from otel_replay.normalize.pipeline import NormalizedSpan
 from otel_replay.store.layout import day_of
+
+if TYPE_CHECKING:
+    from otel_replay.normalize.pipeline import NormalizedSpan
 
 
 def _json(value: Any) -> str:
