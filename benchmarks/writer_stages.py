@@ -46,8 +46,10 @@ def _one_round(spans: Sequence[ReadableSpan], store: Path) -> dict[str, float]:
         t3 = clock()
         builder.add(batch, item, now)
         t4 = clock()
-        read_ns, normalize_ns, redact_ns, rows_ns = (read_ns + t1 - t0, normalize_ns + t2 - t1, redact_ns + t3 - t2,
-                                                     rows_ns + t4 - t3)
+        read_ns += t1 - t0
+        normalize_ns += t2 - t1
+        redact_ns += t3 - t2
+        rows_ns += t4 - t3
     spent.update(read=read_ns, normalize=normalize_ns, redact=redact_ns, rows=rows_ns)
     started = clock()
     tables = [("message_rows", day_of(None), to_arrow(batch.message_rows, "message_rows"))]

@@ -91,8 +91,7 @@ def load_for_writing(root: StoreLocation | None = None) -> None:
         return
     with _loading:
         if _loaded_in is None:
-            import otel_replay.normalize.pipeline
-            import otel_replay.normalize.privacy  # noqa: F401 - loaded here, used by `_process` and `Privacy`
+            import otel_replay.normalize.privacy  # noqa: F401 - and the pipeline it uses: for `_process`
             from otel_replay.store.writer import warm_up
 
             warm_up()
