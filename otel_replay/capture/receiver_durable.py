@@ -261,8 +261,8 @@ class DurableIngest:
                 held.flushed_once, held.ready_at = True, time.monotonic() + LOG_WAIT_S
             elif flushed:
                 self._held.remove(held)
+                self.stats.removed_segments += 1  # counted first: a reader who sees the file gone sees the count
                 _unlink(held.segment.path)
-                self.stats.removed_segments += 1
 
     def _replay_lost(self) -> None:
         """Send the records of segments the writer lost through the log again, then remove them."""
