@@ -168,7 +168,8 @@ class CaptureWriter:
         self._on_room = on_room  # told each time spans were taken: the producer may have stopped accepting
         # redaction and payload switches, applied here, never on the service's thread; settings are
         # built into a `Privacy` by the writer thread (`_privacy_now`)
-        self._privacy: Redaction | PrivacySettings | None = privacy
+        self._settings = privacy if isinstance(privacy, PrivacySettings) else None
+        self._privacy: Redaction | None = None if isinstance(privacy, PrivacySettings) else privacy
         self.queue = queue
         self.flush_interval_s = flush_interval_s
         self.flush_rows = flush_rows
@@ -396,7 +397,7 @@ class CaptureWriter:
             )
         if self._privacy is not None:
             known = len(item.problems)
-            item = self._privacy(item)  # type: ignore[operator]  # built by `_process` (`_privacy_now`)
+            item = self._privacy(item)
             for problem in item.problems[known:]:  # a rule failed: the span was stored without content
                 self._count(problem.split(":")[0])
                 self._warn(f"otel-replay: span {item.span.span_id}: {problem}", key=problem.split(":")[0])
@@ -404,8 +405,8 @@ class CaptureWriter:
 
     def _privacy_now(self) -> None:
         """Build the `Privacy` this writer was given the settings of (once, on the writer thread)."""
-        if isinstance(self._privacy, PrivacySettings):
-            self._privacy = self._privacy.build()
+        if self._settings is not None:
+            self._privacy, self._settings = self._settings.build(), None
 
     def _keep(self, record: SpanRecord) -> bool:
         """GenAI spans always; another span (a root, an ancestor) only if its trace had GenAI spans."""

@@ -21,8 +21,8 @@ from otel_replay.normalize.conventions import ADAPTERS
 from otel_replay.normalize.pipeline import NormalizedSpan
 from otel_replay.normalize.privacy_settings import check_redact
 from otel_replay.normalize.records import SpanEvent, SpanRecord
-from otel_replay.normalize.redact import NONE, Redactor, joined_text, payload_switches
-from otel_replay.normalize.step import NormalizedStep, StepContent
+from otel_replay.normalize.redact import NONE, Redactor, joined_text
+from otel_replay.normalize.step import NormalizedStep, StepContent, payload_switches
 
 
 def _is_payload_key(key: str) -> bool:

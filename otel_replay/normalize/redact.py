@@ -52,13 +52,12 @@ from otel_replay.normalize.redact_rules import (
     RedactionConfigError,
     attribute_rules,
     compile_pattern,
-    payload_switches,
     read_rules,
     redactor_options,
     rule_names,
 )
 
-__all__ = ["BUILTINS", "NONE", "PLACEHOLDER", "RedactionConfigError", "Redactor", "payload_switches"]
+__all__ = ["BUILTINS", "NONE", "PLACEHOLDER", "RedactionConfigError", "Redactor"]
 
 NONE: frozenset[str] = frozenset()
 _MISS = (None,)

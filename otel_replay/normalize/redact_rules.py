@@ -16,7 +16,6 @@ from typing import Any
 
 from otel_replay.errors import OtelReplayError
 from otel_replay.normalize.detectors import BUILTINS
-from otel_replay.normalize.step import STEP_KINDS, payload_switches  # noqa: F401 - re-exported
 
 PLACEHOLDER = "[REDACTED:{name}]"
 
