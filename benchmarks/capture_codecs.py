@@ -10,8 +10,8 @@ round so a change of machine load falls on all of them alike.
 
 from __future__ import annotations
 
+import argparse
 import statistics
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -66,4 +66,9 @@ def main(rounds: int = 6) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 6)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.capture_codecs", description=__doc__.splitlines()[0])
+    parser.add_argument("rounds", nargs="?", type=int, default=6, help="rounds of each codec (default 6)")
+    arguments = parser.parse_args()
+    if arguments.rounds < 1:
+        parser.error("rounds must be at least 1")
+    main(arguments.rounds)
