@@ -9,7 +9,8 @@ from click.testing import CliRunner
 
 from otel_replay import Store
 from otel_replay.cli import main
-from otel_replay.store.batches import read_batch_manifests
+from otel_replay.store.batches import read_batch_manifests, retire_own, write_batch_segments
+from otel_replay.store.location import StoreLocation
 from tests.harness.torn import import_killed_after, otlp_file
 
 TRACES = 40
@@ -76,3 +77,17 @@ def test_compaction_leaves_a_torn_batch_out_and_keeps_whole_ones(torn, tmp_path)
     assert _counts(Store(store)) == (spans + more, spans + more)  # the torn segment was not compacted in
     for manifest in read_batch_manifests(store):  # none left naming a compacted-away segment (it would hide the rest)
         assert all((store / rel).exists() for rel in manifest.segments), manifest
+
+
+def test_a_write_retires_only_its_own_stores_manifests(tmp_path):
+    """A process writing two stores: a write to one never touches (or waits on) the other's manifests."""
+    first, second = StoreLocation.of(tmp_path / "first"), StoreLocation.of(tmp_path / "second")
+    for location in (first, second):
+        write_batch_segments(location, [(f"notes/day=2026-01-01/{n}.parquet", lambda h: h.write(b"x")) for n in "ab"],
+                             f"{location.local.name}.json")
+    assert [len(read_batch_manifests(s)) for s in (first, second)] == [1, 1]  # younger than LINGER_S: kept
+    assert retire_own(second, older_than_s=0) == 1
+    assert [len(read_batch_manifests(s)) for s in (first, second)] == [1, 0]
+    assert retire_own(second, older_than_s=0) == 0
+    assert retire_own(first, older_than_s=0) == 1
+    assert [len(read_batch_manifests(s)) for s in (first, second)] == [0, 0]

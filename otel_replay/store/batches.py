@@ -91,19 +91,23 @@ def write_batch_segments(root: StoreLike, items: list[tuple[str, Produce]], name
     written = [location.write(rel, produce) for rel, produce in items]
     with _own_lock:
         _own.append((time.monotonic(), location, manifest.rel))
-    retire_own()
+    retire_own(location)
     return written
 
 
-def retire_own(older_than_s: float = LINGER_S) -> int:
-    """Remove this process's finished manifests older than `older_than_s`; returns how many."""
+def retire_own(location: StoreLocation, older_than_s: float = LINGER_S) -> int:
+    """Remove this process's finished manifests in `location` older than `older_than_s`; returns how
+    many. Only that store's: a write never waits on another store (an object store that is down
+    would hold a local write for the client's whole retry schedule). Another store's manifests go
+    with its next write, or are settled once this process has exited."""
     cutoff = time.monotonic() - older_than_s
+    url = location.url
     with _own_lock:
-        due = [entry for entry in _own if entry[0] <= cutoff]
-        _own[:] = [entry for entry in _own if entry[0] > cutoff]
-    for _, location, rel in due:
+        due = [entry for entry in _own if entry[0] <= cutoff and entry[1].url == url]
+        _own[:] = [entry for entry in _own if not (entry[0] <= cutoff and entry[1].url == url)]
+    for _, store, rel in due:
         try:
-            location.delete(rel)
+            store.delete(rel)
         except OSError:  # settled by a later writer or `doctor`
             continue
     return len(due)
