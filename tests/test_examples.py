@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import REPO, needs_openai_v2
 
 ENV = {**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"}  # rich tables unwrapped in a pipe
@@ -44,6 +46,7 @@ def test_service_batch_names_the_lookup_decision_as_the_systematic_culprit(tmp_p
     assert all(int(r[3]) == 0 for r in rows[1:]), table
 
 
+@pytest.mark.slow  # ~17 s: the example service end to end; test_watch.py covers grouping in the default suite
 @needs_openai_v2
 def test_service_watch_attributes_each_failure_group_from_what_collect_received(tmp_path: Path) -> None:
     """run_watch.py without a backend: the service's OTLP reaches `collect`, and `watch --once`

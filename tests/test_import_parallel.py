@@ -43,6 +43,7 @@ def table(store, sql):
     return sorted(json.dumps(row, sort_keys=True, default=str) for row in Store(store).sql(sql).to_pylist())
 
 
+@pytest.mark.slow  # ~15 s on every fixture; test_import_split.py compares three workers with one on a messy file in the default suite
 def test_three_workers_store_the_same_rows_as_one_process(tmp_path, inputs):
     one, three = tmp_path / "one", tmp_path / "three"
     first = imp(one, "--jobs", "1", *inputs)

@@ -225,6 +225,7 @@ def test_rollouts_whose_policy_raises_are_errored_rows_left_out_of_the_estimates
     assert f"{job.errored} rollouts errored" in message
 
 
+@pytest.mark.slow  # ~15-20 s; each kind of bad policy alone is in the default suite (above)
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @example(p_hang=0.08, p_raise=0.3, seed=1, budget=120)
 @given(p_hang=st.floats(0.0, 0.1), p_raise=st.floats(0.0, 0.4), seed=st.integers(0, 2**16),

@@ -258,6 +258,7 @@ def test_two_watchers_racing_on_fifty_failing_traces_attribute_each_exactly_once
     race(tmp_path, modules, 50)
 
 
+@pytest.mark.slow  # ~25 s of whole watch runs; the ledger's hourly cap is a property test below (default suite)
 @needs_openai_v2
 def test_an_hourly_budget_pauses_a_job_and_the_resumed_job_ends_as_an_unconstrained_one(tmp_path):
     root, reference = tmp_path / "store", tmp_path / "reference"
