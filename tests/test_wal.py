@@ -20,12 +20,14 @@ from otel_replay.capture.wal import (
 )
 from tests.test_collect_durable import dead_owner_log
 
+APPENDS = 800  # ~200 bytes each, from eight threads; each append waits for an fsync
+
 
 def test_concurrent_appends_share_fsyncs_and_read_back_whole(tmp_path):
     """Eight threads append while a ninth seals the log as fast as it can (and appends seal it at
     20 KB): every record is in exactly one segment, whole, and some fsyncs served several appends."""
     wal = WriteAheadLog(tmp_path / WAL_DIR / "owner", segment_bytes=20_000)
-    bodies = [os.urandom(200) + i.to_bytes(2, "big") for i in range(2000)]
+    bodies = [os.urandom(200) + i.to_bytes(2, "big") for i in range(APPENDS)]
     errors: list[BaseException] = []
     appending = threading.Event()
     appending.set()
@@ -56,8 +58,8 @@ def test_concurrent_appends_share_fsyncs_and_read_back_whole(tmp_path):
     read = [r.body for segment in segments for r in SegmentReader(segment.path)]
     assert sorted(read) == sorted(bodies) and len(segments) > 1
     assert all(segment.pending == 0 for segment in segments)
-    assert wal.records == 2000 and 0 < wal.syncs < 2000
-    print(f"2000 appends from 8 threads into {len(segments)} segments: {wal.syncs} fdatasync calls")
+    assert wal.records == APPENDS and 0 < wal.syncs < APPENDS
+    print(f"{APPENDS} appends from 8 threads into {len(segments)} segments: {wal.syncs} fdatasync calls")
     for segment in segments:
         segment.path.unlink()
     wal.remove()
