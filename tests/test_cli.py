@@ -85,6 +85,14 @@ def test_errors_are_clear(store, args, message, hint):
 def test_missing_store_says_where_to_point(tmp_path):
     result = CliRunner().invoke(cli, ["--store", str(tmp_path / "nowhere"), "traces"])
     assert result.exit_code == 1 and "no store at" in result.output and "OTEL_REPLAY_STORE" in result.output
+    assert "a file" not in result.output
+
+
+def test_a_store_path_that_is_a_file_is_said_to_be_one(tmp_path):
+    (tmp_path / "store").write_text("not a store")
+    result = CliRunner().invoke(cli, ["--store", str(tmp_path / "store"), "traces"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"no store at {tmp_path / 'store'} (a file, not a store directory)" in result.output, result.output
 
 
 def test_status_and_compact(store):

@@ -215,8 +215,10 @@ class Catalog:
     def _snapshot(self) -> Snapshot:
         try:
             if not self.root.exists():
+                local = self.root.local
+                file = " (a file, not a store directory)" if local is not None and local.is_file() else ""
                 raise StoreError(
-                    f"no store at {self.root}: point --store (or ${STORE_ENV}) at the directory or URL "
+                    f"no store at {self.root}{file}: point --store (or ${STORE_ENV}) at the directory or URL "
                     "ReplayProcessor writes to"
                 )
             return take(self.root, TABLES)
