@@ -10,7 +10,6 @@ round so a change of machine load falls on all of them alike.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from benchmarks.capture_vs_otlp import _cpu_per_span
+from benchmarks.capture_vs_otlp import _cpu_per_span, rounds_argument
 from benchmarks.spans import SeededText, SyntheticSpans
 from otel_replay.capture import ReplayProcessor
 from otel_replay.capture.writer import load_for_writing
@@ -66,9 +65,4 @@ def main(rounds: int = 6) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.capture_codecs", description=__doc__.splitlines()[0])
-    parser.add_argument("rounds", nargs="?", type=int, default=6, help="rounds of each codec (default 6)")
-    arguments = parser.parse_args()
-    if arguments.rounds < 1:
-        parser.error("rounds must be at least 1")
-    main(arguments.rounds)
+    main(rounds_argument("capture_codecs", __doc__ or "", 6))

@@ -15,7 +15,6 @@ that stores what this one stores. Rounds alternate the floor, the OTLP exporter 
 
 from __future__ import annotations
 
-import argparse
 import gc
 import statistics
 import tempfile
@@ -29,7 +28,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from xxhash import xxh3_128_hexdigest
 
-from benchmarks.capture_vs_otlp import _cpu_per_span, _start_sink
+from benchmarks.capture_vs_otlp import _cpu_per_span, _start_sink, rounds_argument
 from benchmarks.spans import SeededText, SyntheticSpans
 from otel_replay.normalize.content import PAYLOAD_ATTRIBUTES
 from otel_replay.normalize.detectors import gate
@@ -146,9 +145,4 @@ def main(rounds: int = 5) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.capture_floor", description=__doc__.splitlines()[0])
-    parser.add_argument("rounds", nargs="?", type=int, default=5, help="rounds of each path (default 5)")
-    arguments = parser.parse_args()
-    if arguments.rounds < 1:
-        parser.error("rounds must be at least 1")
-    main(arguments.rounds)
+    main(rounds_argument("capture_floor", __doc__ or "", 5))

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import argparse
 import gc
 import statistics
 import subprocess
@@ -149,3 +150,13 @@ def format_vs_otlp(startup_result: dict[str, Any], cpu: dict[str, Any]) -> list[
               f"process. ReplayProcessor normalizes, redacts, content-addresses, writes zstd Parquet and fsyncs; "
               f"the exporter encodes protobuf and posts it over HTTP."]
     return lines
+
+
+def rounds_argument(module: str, doc: str, default: int) -> int:
+    """The `rounds` argument of a capture experiment run as `python -m benchmarks.<module> [rounds]`."""
+    parser = argparse.ArgumentParser(prog=f"python -m benchmarks.{module}", description=doc.splitlines()[0])
+    parser.add_argument("rounds", nargs="?", type=int, default=default, help=f"rounds of each (default {default})")
+    rounds = parser.parse_args().rounds
+    if rounds < 1:
+        parser.error("rounds must be at least 1")
+    return int(rounds)
