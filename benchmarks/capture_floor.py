@@ -84,7 +84,7 @@ def _floor(spans: Sequence[ReadableSpan], store: Path, clock: Callable[[], int] 
                           "[]", "[]", resource, "capture", now))
         get = attrs.get
         step_rows.append((record.trace_id, record.span_id, record.parent_span_id, "llm", get("gen_ai.operation.name"),
-                          record.name, record.start_ns, record.end_ns, "ok", None, None, get("gen_ai.provider.name"),
+                          record.name, record.start_ns, record.end_ns, record.status_code, None, None, get("gen_ai.provider.name"),
                           get("gen_ai.request.model"), get("gen_ai.response.model"),
                           get("gen_ai.usage.input_tokens"), get("gen_ai.usage.output_tokens"), None, None, None,
                           None, None, None, tuple(addresses[:len(inputs)]), tuple(addresses[len(inputs):]), None,
