@@ -300,7 +300,7 @@ def _unambiguous(calls: list[Call], i: int) -> bool:
 SIMULTANEOUS = [Call(start=50 * MS, duration=40 * MS, lead=MS, lag=MS) for _ in range(4)]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=25, deadline=None)  # the slow suite generates 300 more (below)
 @given(interleavings())
 @example((SIMULTANEOUS, ("openllmetry", "anthropic-sdk")))  # four identical calls at once: in order, in one round
 @example(([replace(c, duplicate="beside") for c in SIMULTANEOUS], ("openai-v2", "openinference")))
@@ -309,6 +309,17 @@ SIMULTANEOUS = [Call(start=50 * MS, duration=40 * MS, lead=MS, lag=MS) for _ in 
 @example(([Call(start=10 * MS, duration=100 * MS, lead=2 * MS, lag=2 * MS),  # call 0's duplicate is nearer call 1
            Call(start=10 * MS + MS // 2, duration=100 * MS)], ("openllmetry", "anthropic-sdk")))  # a second round pairs it
 def test_the_steps_are_the_real_calls_each_with_its_own_payload(case):
+    _assert_one_step_per_real_call(case)
+
+
+@pytest.mark.slow
+@settings(max_examples=300, deadline=None)
+@given(interleavings())
+def test_many_more_interleavings_are_one_step_per_real_call(case):
+    _assert_one_step_per_real_call(case)
+
+
+def _assert_one_step_per_real_call(case: tuple[list[Call], tuple[str, str]]) -> None:
     calls, pairing = case
     _, trajectory = _steps(_spans(calls, pairing))
     steps = trajectory.steps
