@@ -102,9 +102,12 @@ def retire_own(location: StoreLocation, older_than_s: float = LINGER_S) -> int:
     with its next write, or are settled once this process has exited."""
     cutoff = time.monotonic() - older_than_s
     url = location.url
+    due: list[tuple[float, StoreLocation, str]] = []
+    kept: list[tuple[float, StoreLocation, str]] = []
     with _own_lock:
-        due = [entry for entry in _own if entry[0] <= cutoff and entry[1].url == url]
-        _own[:] = [entry for entry in _own if not (entry[0] <= cutoff and entry[1].url == url)]
+        for entry in _own:
+            (due if entry[0] <= cutoff and entry[1].url == url else kept).append(entry)
+        _own[:] = kept
     for _, store, rel in due:
         try:
             store.delete(rel)
