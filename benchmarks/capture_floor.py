@@ -46,7 +46,7 @@ _SORTED = orjson.OPT_SORT_KEYS
 def _floor(spans: Sequence[ReadableSpan], store: Path, clock: Callable[[], int] | None = None) -> dict[str, int]:
     """Store `spans` with the floor's work; with `clock`, the ns each stage took (else nothing is timed)."""
     spent = dict.fromkeys(STAGES, 0)
-    tick = clock or (lambda: 0)
+    tick = clock or int  # untimed: int() is 0, the cheapest call there is, and nothing is added up
     batch = RowBatch()
     span_rows: list[tuple[Any, ...]] = []
     step_rows: list[tuple[Any, ...]] = []
@@ -91,8 +91,9 @@ def _floor(spans: Sequence[ReadableSpan], store: Path, clock: Callable[[], int] 
                           tuple(get("gen_ai.response.finish_reasons") or ()), True, (), "genai",
                           record.service_name, "capture", now))
         t5 = tick()
-        for stage, took in zip(STAGES, (t1 - t0, t2 - t1, tc - t2, t3 - tc, t4 - t3, t5 - t4), strict=False):
-            spent[stage] += took
+        if clock is not None:
+            for stage, took in zip(STAGES, (t1 - t0, t2 - t1, tc - t2, t3 - tc, t4 - t3, t5 - t4), strict=False):
+                spent[stage] += took
     day = day_of(spans[0].start_time)
     batch.span_rows[day], batch.step_rows[day] = span_rows, step_rows
     t6 = tick()
